@@ -1,0 +1,118 @@
+"""Training throughput of the proxy trainer against the machine's matmul peak.
+
+    python benchmarks/train_throughput.py [--threads 1] [--tokens 3e5] [--check-tokens 1e6]
+
+Prints, in one run:
+1. the fp32 matmul peak (large square matmul) at the trainers' thread count;
+2. for maps 1,1,1,1 and 4,2,1,1 at the default proxy size (ILR small model, d 128,
+   4 layers, T 128, batch 16): tokens/s, achieved training GFLOP/s (FLOP accounting of
+   searchmaps.flops: forward + backward, causal attention counted in full) and the
+   fraction of the peak, for
+   - ``plain``: a minimal eager fp32 loop of the same model (torch.optim.AdamW with its
+     defaults, no autocast) — the yardstick;
+   - ``trainer fp32`` and ``trainer bf16`` (the trainer's default on bf16 hardware),
+     measured through ``searchmaps.train.train`` itself (validation time excluded);
+3. the validation loss after a short training in fp32 and in bf16 (same seed, same
+   data), and their relative difference.
+Numbers are ratios within this run; the machine is noisy, compare nothing across runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import time
+
+import torch
+
+from searchmaps import flops
+from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
+from searchmaps.data import load_corpus, train_batches
+from searchmaps.model import LoopedLM
+from searchmaps.train import train
+
+MAPS = ("1,1,1,1", "4,2,1,1")
+
+
+def matmul_peak(threads: int, n: int = 2048, repeats: int = 10) -> float:
+    """fp32 GFLOP/s of an n x n matmul, best of ``repeats``."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * n**3 / best / 1e9
+
+
+def plain_loop(cfg: ModelConfig, corpus, steps: int, batch_size: int, threads: int) -> float:
+    """tokens/s of the simplest correct training loop of the same model, fp32 eager."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = LoopedLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    batches = train_batches(corpus, batch_size, cfg.seq_len, seed=0)
+    for i in range(steps + 3):
+        if i == 3:  # a few warm-up steps out of the timing
+            start = time.perf_counter()
+        x, y = next(batches)
+        _, loss = model(x, y)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    return steps * batch_size * cfg.seq_len / (time.perf_counter() - start)
+
+
+def trainer_run(cfg: ModelConfig, corpus, tokens: int, precision: str, threads: int, eval_tokens: int) -> dict:
+    spec = TrialSpec(model=cfg, train=TrainConfig(tokens=tokens, precision=precision, eval_every=10**9,
+                                                  eval_tokens=eval_tokens), seed=0, threads=threads)
+    return train(spec, corpus)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--tokens", type=float, default=3e5, help="tokens per throughput measurement")
+    p.add_argument("--check-tokens", type=float, default=1e6, help="tokens of the fp32-vs-bf16 loss check")
+    args = p.parse_args()
+    tokens, threads = int(args.tokens), args.threads
+    corpus = load_corpus("stdlib")
+    base = ModelConfig()
+    batch = TrainConfig().batch_size
+
+    peak = matmul_peak(threads)
+    print(f"machine: torch {torch.__version__}, {threads} thread(s), "
+          f"bf16 matmul support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
+    print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s\n")
+    print(f"{'map':<9} {'mode':<13} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>8} {'vs plain':>9}")
+    for m in MAPS:
+        cfg = base.with_map(m)
+        per_token = flops.train_flops_per_token(cfg)
+        steps = max(10, tokens // (batch * cfg.seq_len))
+        results = {"plain fp32": plain_loop(cfg, corpus, steps, batch, threads)}
+        for precision in ("fp32", "bf16"):
+            rec = trainer_run(cfg, corpus, tokens, precision, threads, eval_tokens=cfg.seq_len * batch)
+            results[f"trainer {precision}"] = rec["tokens_per_s"]
+        for mode, tps in results.items():
+            gflops = tps * per_token / 1e9
+            print(f"{m:<9} {mode:<13} {tps:>9.0f} {gflops:>8.1f} {gflops / peak:>8.1%} "
+                  f"{tps / results['plain fp32']:>8.2f}x")
+    print()
+
+    check = int(args.check_tokens)
+    cfg = base.with_map("1,1,1,1")
+    losses = {}
+    for precision in ("fp32", "bf16"):
+        rec = trainer_run(cfg, corpus, check, precision, threads, eval_tokens=32_768)
+        losses[precision] = rec["val_loss"]
+    rel = (losses["bf16"] - losses["fp32"]) / losses["fp32"]
+    print(f"validation loss after {check:.0e} tokens, map 1,1,1,1, seed 0: "
+          f"fp32 {losses['fp32']:.4f}  bf16 {losses['bf16']:.4f}  difference {rel:+.2%}")
+
+
+if __name__ == "__main__":
+    main()

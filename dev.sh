@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One-command set-up and tasks for searchmaps on a machine with Python >= 3.10 and pip.
+#   bash dev.sh demo   set up .venv, then run a small search on the built-in data
+#   bash dev.sh test   set up .venv, then run the test suite
+#   bash dev.sh setup  only set up .venv
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+
+setup() {
+  local stamp="$VENV/.searchmaps-installed"
+  if [[ -f "$stamp" && "$stamp" -nt pyproject.toml && "$stamp" -nt constraints.txt ]]; then
+    return
+  fi
+  echo "setting up $VENV (torch pinned by constraints.txt) ..." >&2
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install -q --upgrade pip
+  "$VENV/bin/python" -m pip install -q -c constraints.txt torch
+  "$VENV/bin/python" -m pip install -q -c constraints.txt -e ".[test]"
+  touch "$stamp"
+}
+
+task="${1:-help}"
+shift || true
+case "$task" in
+  setup) setup ;;
+  demo)
+    setup
+    exec "$VENV/bin/python" -m searchmaps.train --map 2,1,1,1 --tokens 5e5 "$@"
+    ;;
+  test)
+    setup
+    exec "$VENV/bin/python" -m pytest -q "$@"
+    ;;
+  *) sed -n '2,5p' "$0"; exit 2 ;;
+esac

@@ -1,0 +1,162 @@
+"""Command-line pieces shared by ``searchmaps.train`` and ``searchmaps.run``: flag
+definitions, number parsing, and the one-line error that exits 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+
+import torch
+
+from .config import POSITIONAL_ENCODINGS, RESIDUALS, ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
+
+EXIT_USAGE = 2
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (no usage dump) and exit code 2."""
+
+    def error(self, message: str):  # noqa: D401 - argparse API
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def fail(prog: str, exc: Exception) -> int:
+    print(f"{prog}: error: {exc}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def count(text: str) -> int:
+    """An integer that may be written like 2e6."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value.is_integer():
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}")
+    return int(value)
+
+
+def number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """``auto`` -> bf16 autocast where the hardware has bf16 matmuls, else fp32."""
+    if precision != "auto":
+        return precision
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    except (AttributeError, RuntimeError):
+        return "fp32"
+
+
+def resolve_compile(choice: str, device: str) -> bool:
+    """``auto`` -> compile where inductor can build kernels: CUDA, or a C++ compiler."""
+    if choice != "auto":
+        return choice == "on"
+    if device.startswith("cuda"):
+        return True
+    return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++") if c)
+
+
+def add_model_args(p: argparse.ArgumentParser, defaults: ModelConfig | None = None) -> None:
+    """Model-size flags; ``None`` defaults mean "keep the space's / the config's value"."""
+    g = p.add_argument_group("model")
+    g.add_argument("--layers", type=int, default=None, help="number of distinct layers (default 4)")
+    g.add_argument("--d-model", type=int, default=None, help="model width (default 128)")
+    g.add_argument("--heads", type=int, default=None, help="attention heads (default 4)")
+    g.add_argument("--ffn-hidden", type=int, default=None, help="SwiGLU hidden width (default 4 x d-model)")
+    g.add_argument("--seq-len", type=int, default=None, help="training context in tokens (default 128)")
+    g.add_argument("--max-positions", type=int, default=None, help="learned position table size (default 1024)")
+    g.add_argument("--residual", choices=RESIDUALS, default=None,
+                   help="prenorm (LLaMA/ILR, default) or deeploop (Post-LN DeepNorm)")
+
+
+def add_train_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("training")
+    h = g.add_mutually_exclusive_group()
+    h.add_argument("--tokens", type=count, default=None,
+                   help="training tokens per run: every map sees the same tokens (default 2e6)")
+    h.add_argument("--train-flops", type=number, default=None,
+                   help="training FLOPs per run: every map gets the same compute, heavier maps see fewer tokens")
+    g.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 16)")
+    g.add_argument("--lr", type=number, default=None, help="peak learning rate (default 3e-3)")
+    g.add_argument("--warmup-frac", type=number, default=None, help="share of steps in linear warm-up (default 0.1)")
+    g.add_argument("--weight-decay", type=number, default=None, help="AdamW weight decay (default 0.01)")
+    g.add_argument("--eval-every", type=int, default=None, help="steps between validation points (default: 5 per run)")
+    g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation (default 32768)")
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="auto: bf16 autocast where the hardware supports it, else fp32")
+    g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data and hardware")
+    g.add_argument("--data", default="stdlib",
+                   help="stdlib (built-in, offline), a text file, a folder of .txt/.md, or a uint16 .bin")
+    g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per training (default 1)")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+
+
+def build_train_parser() -> Parser:
+    p = Parser(prog="searchmaps.train", description="Train one candidate reuse map and print its result record.")
+    p.add_argument("--map", default="1,1,1,1", help="reuse map: 4,2,1,1 (ILR) or block:2 (default 1,1,1,1)")
+    p.add_argument("--pe", default="rope", help=f"positional encoding: {', '.join(POSITIONAL_ENCODINGS)}")
+    p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    add_model_args(p)
+    add_train_args(p)
+    add_runtime_args(p)
+    p.add_argument("--json", action="store_true", help="print the record as one JSON line")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def model_overrides(args: argparse.Namespace) -> dict:
+    """ModelConfig fields the user set on the command line."""
+    names = {"layers": "n_layers", "d_model": "d_model", "heads": "n_heads", "ffn_hidden": "ffn_hidden",
+             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual"}
+    return {f: getattr(args, a) for a, f in names.items() if getattr(args, a, None) is not None}
+
+
+def train_overrides(args: argparse.Namespace) -> dict:
+    """TrainConfig fields the user set on the command line (a horizon replaces the other)."""
+    out = {}
+    if args.tokens is not None:
+        out.update(tokens=args.tokens, train_flops=None)
+    if args.train_flops is not None:
+        out.update(tokens=None, train_flops=args.train_flops)
+    for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens"):
+        if getattr(args, a, None) is not None:
+            out[a] = getattr(args, a)
+    return out
+
+
+def device_of(args: argparse.Namespace) -> str:
+    from .train import resolve_device
+
+    return resolve_device(args.device)
+
+
+def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None) -> TrialSpec:
+    """The trial spec of ``searchmaps.train``'s flags; raises ConfigError."""
+    n_layers = args.layers if args.layers is not None else ModelConfig.n_layers
+    reuse = ReuseMap.parse(args.map, n_layers)
+    model = ModelConfig(pe=args.pe, reuse=reuse, vocab_size=vocab_size, **model_overrides(args))
+    device = device_of(args)
+    train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
+                            compile=resolve_compile(args.compile, device), **train_overrides(args))
+    return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
+                     threads=args.threads, device=device)
+
+
+__all__ = ["ConfigError", "Parser", "fail", "spec_from_args", "build_train_parser"]

@@ -1,0 +1,293 @@
+"""Frozen records that describe one proxy training: the reuse map, the model, the
+training protocol, and the trial spec that bundles them with a seed.
+
+Every record validates itself in ``__post_init__`` and raises :class:`ConfigError`
+with a one-line message that names the command-line flag to change, so the CLIs can
+print it and exit 2 without a traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]
+Residual = Literal["prenorm", "deeploop"]
+Precision = Literal["fp32", "bf16"]
+
+POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
+RESIDUALS: tuple[str, ...] = get_args(Residual)
+PRECISIONS: tuple[str, ...] = get_args(Precision)
+
+
+class ConfigError(ValueError):
+    """A user-facing configuration error; its message names the flag to change."""
+
+
+# --------------------------------------------------------------------------- reuse map
+
+
+@dataclass(frozen=True)
+class ReuseMap:
+    """How often each layer is applied.
+
+    ``repeats[l]`` is how many times layer ``l`` runs in a row with the same weights
+    (ILR). ``block`` is how many times the whole stack runs (block recurrence, the
+    input embedding added back before each repeat). The two are exclusive: an ILR map
+    has ``block == 1``; a block map has every repeat equal to 1.
+    """
+
+    repeats: tuple[int, ...]
+    block: int = 1
+
+    def __post_init__(self) -> None:
+        if not self.repeats:
+            raise ConfigError("--map: a reuse map needs at least one layer")
+        for r in self.repeats:
+            if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+                raise ConfigError(f"--map: every entry must be a positive integer, got {r!r}")
+        if isinstance(self.block, bool) or not isinstance(self.block, int) or self.block < 1:
+            raise ConfigError(f"--map: block repeats must be a positive integer, got {self.block!r}")
+        if self.block > 1 and any(r != 1 for r in self.repeats):
+            raise ConfigError("--map: combine either a per-layer map or block:K, not both")
+
+    @classmethod
+    def parse(cls, text: str, n_layers: int) -> "ReuseMap":
+        """Parse the map syntax used everywhere: ``4,2,1,1`` or ``block:2``."""
+        s = str(text).strip().replace(" ", "").strip("[]()")
+        if s.startswith("block:"):
+            k = s[len("block:"):]
+            if not k.lstrip("-").isdigit():
+                raise ConfigError(f"--map: block recurrence is written block:K with an integer K, got {text!r}")
+            return cls((1,) * n_layers, int(k))
+        parts = s.split(",") if s else []
+        repeats = []
+        for p in parts:
+            if not p.lstrip("-").isdigit():
+                raise ConfigError(
+                    f"--map: entries must be positive integers like 4,2,1,1 (or block:2), got {text!r}"
+                )
+            repeats.append(int(p))
+        if len(repeats) != n_layers:
+            raise ConfigError(
+                f"--map {text} has {len(repeats)} entries but the model has {n_layers} layers (--layers)"
+            )
+        return cls(tuple(repeats))
+
+    @classmethod
+    def baseline(cls, n_layers: int) -> "ReuseMap":
+        return cls((1,) * n_layers)
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.repeats)
+
+    @property
+    def applied_layers(self) -> int:
+        """Unrolled depth: how many layer calls one forward pass makes."""
+        return sum(self.repeats) * self.block
+
+    @property
+    def is_block(self) -> bool:
+        return self.block > 1
+
+    def __str__(self) -> str:
+        if self.is_block:
+            return f"block:{self.block}"
+        return ",".join(str(r) for r in self.repeats)
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A LLaMA-style pre-norm decoder with a reuse map. Defaults: ILR's small model
+    (4 layers, d 128, 4 heads, SwiGLU hidden 512) at a CPU-sized context and a byte
+    vocabulary."""
+
+    n_layers: int = 4
+    d_model: int = 128
+    n_heads: int = 4
+    ffn_hidden: int = 0  # 0 -> 4 * d_model, as ILR
+    vocab_size: int = 256
+    seq_len: int = 128
+    pe: PositionalEncoding = "rope"
+    max_positions: int = 1024  # size of the learned position table (ILR context)
+    residual: Residual = "prenorm"
+    reuse: ReuseMap | None = None  # None -> the baseline 1,1,...,1
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        _positive("--layers", self.n_layers)
+        if self.ffn_hidden == 0:
+            object.__setattr__(self, "ffn_hidden", 4 * self.d_model)
+        if self.reuse is None:
+            object.__setattr__(self, "reuse", ReuseMap.baseline(self.n_layers))
+        _positive("--d-model", self.d_model)
+        _positive("--heads", self.n_heads)
+        _positive("--ffn-hidden", self.ffn_hidden)
+        _positive("--vocab-size", self.vocab_size)
+        _positive("--seq-len", self.seq_len)
+        _positive("--max-positions", self.max_positions)
+        if self.d_model % self.n_heads:
+            raise ConfigError(
+                f"--d-model {self.d_model} is not divisible by --heads {self.n_heads}"
+            )
+        if self.pe == "rope" and self.head_dim % 2:
+            raise ConfigError(f"--pe rope needs an even head size; --d-model/--heads = {self.head_dim}")
+        if self.pe not in POSITIONAL_ENCODINGS:
+            raise ConfigError(f"--pe must be one of {', '.join(POSITIONAL_ENCODINGS)}, got {self.pe!r}")
+        if self.residual not in RESIDUALS:
+            raise ConfigError(f"--residual must be one of {', '.join(RESIDUALS)}, got {self.residual!r}")
+        if self.pe == "learned" and self.seq_len > self.max_positions:
+            raise ConfigError(
+                f"--seq-len {self.seq_len} exceeds the learned position table "
+                f"(--max-positions {self.max_positions})"
+            )
+        if not isinstance(self.reuse, ReuseMap):
+            raise ConfigError("--map: expected a ReuseMap")
+        if self.reuse.n_layers != self.n_layers:
+            raise ConfigError(
+                f"--map {self.reuse} has {self.reuse.n_layers} entries but --layers is {self.n_layers}"
+            )
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    def with_map(self, reuse: ReuseMap | str) -> "ModelConfig":
+        if isinstance(reuse, str):
+            reuse = ReuseMap.parse(reuse, self.n_layers)
+        return dataclasses.replace(self, reuse=reuse)
+
+
+# --------------------------------------------------------------------------- training
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The proxy-training protocol. Exactly one horizon: ``tokens`` (every map sees
+    the same tokens) or ``train_flops`` (every map gets the same compute; heavier maps
+    see fewer tokens)."""
+
+    tokens: int | None = 2_000_000
+    train_flops: float | None = None
+    batch_size: int = 16
+    lr: float = 3e-3
+    min_lr_frac: float = 0.0  # cosine decays to lr * min_lr_frac (ILR: to 0)
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    warmup_frac: float = 0.1
+    grad_clip: float = 1.0
+    eval_every: int = 0  # steps between validation points; 0 -> 5 points per run
+    eval_tokens: int = 32_768  # held-out tokens per validation (fixed windows)
+    precision: Precision = "bf16"
+    compile: bool = True  # torch.compile each decoder layer (one compile serves every map)
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) == (self.train_flops is None):
+            raise ConfigError("give exactly one horizon: --tokens or --train-flops")
+        if self.tokens is not None:
+            if not _finite(self.tokens) or self.tokens <= 0:
+                raise ConfigError(f"--tokens must be positive, got {self.tokens!r}")
+            object.__setattr__(self, "tokens", int(self.tokens))
+        if self.train_flops is not None:
+            if not _finite(self.train_flops) or self.train_flops <= 0:
+                raise ConfigError(f"--train-flops must be positive, got {self.train_flops!r}")
+            object.__setattr__(self, "train_flops", float(self.train_flops))
+        _positive("--batch-size", self.batch_size)
+        if not _finite(self.lr) or self.lr <= 0:
+            raise ConfigError(f"--lr must be positive, got {self.lr!r}")
+        if not 0 <= self.warmup_frac < 1:
+            raise ConfigError(f"--warmup-frac must be in [0, 1), got {self.warmup_frac!r}")
+        if not 0 <= self.min_lr_frac <= 1:
+            raise ConfigError(f"--min-lr-frac must be in [0, 1], got {self.min_lr_frac!r}")
+        if self.weight_decay < 0:
+            raise ConfigError(f"--weight-decay must be >= 0, got {self.weight_decay!r}")
+        if self.grad_clip <= 0:
+            raise ConfigError(f"--grad-clip must be positive, got {self.grad_clip!r}")
+        if self.eval_every < 0:
+            raise ConfigError(f"--eval-every must be >= 0, got {self.eval_every!r}")
+        _positive("--eval-tokens", self.eval_tokens)
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+
+
+# --------------------------------------------------------------------------- trial
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """Everything that determines one proxy training's numbers, plus where it runs.
+
+    ``data`` is ``"stdlib"`` or a path (see :mod:`searchmaps.data`); ``vocab_size`` of
+    the model must match the corpus. ``threads`` and ``device`` say where it runs and
+    are kept out of :meth:`config_hash`.
+    """
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    seed: int = 0
+    data: str = "stdlib"
+    threads: int = 1
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ConfigError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        _positive("--threads", self.threads)
+
+    def to_dict(self) -> dict:
+        """A flat, JSON-able dict: ``model.*``, ``train.*`` and the top-level fields."""
+        out: dict = {}
+        for prefix, rec in (("model", self.model), ("train", self.train)):
+            for f in dataclasses.fields(rec):
+                v = getattr(rec, f.name)
+                out[f"{prefix}.{f.name}"] = str(v) if isinstance(v, ReuseMap) else v
+        out.update(seed=self.seed, data=self.data, threads=self.threads, device=self.device)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrialSpec":
+        model_kw = {k[6:]: v for k, v in d.items() if k.startswith("model.")}
+        train_kw = {k[6:]: v for k, v in d.items() if k.startswith("train.")}
+        n_layers = int(model_kw.get("n_layers", 4))
+        model_kw["reuse"] = ReuseMap.parse(str(model_kw.get("reuse", "1," * n_layers)).rstrip(","), n_layers)
+        return cls(
+            model=ModelConfig(**model_kw),
+            train=TrainConfig(**train_kw),
+            seed=int(d.get("seed", 0)),
+            data=str(d.get("data", "stdlib")),
+            threads=int(d.get("threads", 1)),
+            device=str(d.get("device", "cpu")),
+        )
+
+    def config_hash(self) -> str:
+        """12 hex digits identifying the configuration across seeds: every field that
+        changes the numbers except the seed (so all seeds of a candidate share it)."""
+        d = self.to_dict()
+        for k in ("seed", "threads", "device"):
+            d.pop(k)
+        blob = json.dumps(d, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()[:12]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _positive(flag: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{flag} must be a positive integer, got {value!r}")
+
+
+def _finite(x) -> bool:
+    try:
+        return math.isfinite(float(x))
+    except (TypeError, ValueError):
+        return False

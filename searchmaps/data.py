@@ -1,0 +1,299 @@
+"""Offline corpora, a byte tokenizer, and deterministic batches.
+
+``--data`` accepts:
+
+* ``stdlib`` (default): byte-level text (vocab 256) built on the spot from the running
+  interpreter's standard library: the prose of ``pydoc_data.topics`` plus every ``.py``
+  file under the stdlib folder, skipping ``site-packages``/``dist-packages`` and test
+  folders (``test``, ``tests``, ``idle_test``), in sorted relative-path order, capped at
+  the first 32 MB (:data:`STDLIB_CAP_BYTES`). Files that are not valid UTF-8 are
+  skipped. The tokens are cached under ``$SEARCHMAPS_CACHE`` (default
+  ``~/.cache/searchmaps``) and memory-mapped on later loads.
+* a UTF-8 text file, or a folder of ``.txt``/``.md`` files (recursive, sorted): the
+  same byte tokenizer.
+* a nanoGPT-style ``.bin`` of uint16 token ids, or a folder holding ``train.bin`` and
+  ``val.bin``. The vocabulary size comes from ``vocab_size`` (``--vocab-size``, which
+  wins) or a sidecar ``meta.json`` (``{"vocab_size": N}``) next to the file / in the
+  folder.
+
+The train/validation split never depends on a seed. Multi-document corpora split by
+document: a document is held out when the SHA-256 of its relative path falls in a fixed
+5 % bucket, so adding a file never moves the others. A single file (or a folder whose
+bucket split leaves one side empty) holds out its contiguous last 5 %. Documents are
+joined with a blank line (``\\n\\n``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import sysconfig
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+import torch
+
+VAL_PERCENT = 5
+STDLIB_CAP_BYTES = 32 * 2**20
+SEPARATOR = b"\n\n"
+_SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
+_CACHE_FORMAT = 1  # bump when the stdlib recipe changes so stale caches are ignored
+
+
+class DataError(ValueError):
+    """One-line user-facing message naming the flag to change (--data, --vocab-size, --seq-len, --batch-size)."""
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: arrays have no truth value; compare fingerprints
+class Corpus:
+    name: str
+    train: np.ndarray = field(repr=False)
+    val: np.ndarray = field(repr=False)
+    vocab_size: int
+    tokenizer: str  # "bytes" or "bin"
+    fingerprint: str  # 12 hex digits over train+val contents and vocab
+
+
+def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
+                cache_dir: str | os.PathLike | None = None) -> Corpus:
+    """Resolve ``--data`` into a :class:`Corpus`; raises :class:`DataError`."""
+    if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
+                                   or vocab_size <= 0):
+        raise DataError(f"--vocab-size must be a positive integer, got {vocab_size!r}")
+    if data == "stdlib":
+        train, val = _stdlib_tokens(cache_dir)
+        return _make("stdlib", train, val, _byte_vocab(vocab_size), "bytes")
+    path = Path(data).expanduser()
+    if not path.exists():
+        raise DataError(f"--data {data}: no such file or folder (or use --data stdlib)")
+    path = path.resolve()
+    if path.is_dir():
+        return _load_folder(path, vocab_size, data)
+    if path.suffix.lower() == ".bin":
+        vocab = _bin_vocab(vocab_size, path.with_name("meta.json"), data)
+        train, val = _tail_split(_read_bin(path, data), data)
+        return _make(str(path), train, val, vocab, "bin", check_ids=True)
+    raw = _read_text(path, data)
+    if not raw:
+        raise DataError(f"--data {data}: the file is empty")
+    train, val = _tail_split(np.frombuffer(raw, dtype=np.uint8), data)
+    return _make(str(path), train, val, _byte_vocab(vocab_size), "bytes")
+
+
+def check_fits(corpus: Corpus, batch_size: int, seq_len: int, eval_tokens: int | None = None) -> None:
+    """Raise :class:`DataError` unless the corpus holds one training batch and one
+    validation window. A validation split smaller than ``eval_tokens`` is fine: the
+    evaluation then covers the whole split."""
+    for flag, v in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--eval-tokens", eval_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise DataError(f"{flag} must be a positive integer, got {v!r}")
+    need = batch_size * (seq_len + 1)
+    if len(corpus.train) < need:
+        raise DataError(
+            f"--data {corpus.name}: {len(corpus.train)} training tokens, but one batch needs "
+            f"{need} (--batch-size {batch_size} x (--seq-len {seq_len} + 1)); use more data or smaller values")
+    if len(corpus.val) < seq_len + 1:
+        raise DataError(
+            f"--data {corpus.name}: {len(corpus.val)} validation tokens, but one window needs "
+            f"{seq_len + 1} (--seq-len {seq_len} + 1); use more data or a smaller --seq-len")
+    if eval_tokens is not None and eval_tokens < seq_len:
+        raise DataError(f"--eval-tokens {eval_tokens} is less than one window (--seq-len {seq_len})")
+
+
+def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int
+                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only."""
+    check_fits(corpus, batch_size, seq_len)
+    rng = np.random.default_rng(seed)
+    offsets = np.arange(seq_len + 1)
+    high = len(corpus.train) - seq_len  # exclusive: the last start leaves room for y
+
+    def gen() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        while True:
+            starts = rng.integers(0, high, size=batch_size)
+            yield _pair(corpus.train[starts[:, None] + offsets])
+
+    return gen()
+
+
+def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
+                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Fixed windows from the start of the validation split, stride ``seq_len`` so every
+    target token is scored once; ``min(max_tokens, available)`` targets, rounded down to
+    whole windows. The last batch may be smaller."""
+    check_fits(corpus, batch_size, seq_len, max_tokens)
+    n = min(max_tokens // seq_len, (len(corpus.val) - 1) // seq_len)
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)
+    windows = corpus.val[idx]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _pair(windows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    w = windows.astype(np.int64)
+    return torch.from_numpy(np.ascontiguousarray(w[:, :-1])), torch.from_numpy(np.ascontiguousarray(w[:, 1:]))
+
+
+def _make(name: str, train: np.ndarray, val: np.ndarray, vocab: int, tokenizer: str,
+          check_ids: bool = False) -> Corpus:
+    if check_ids:
+        top = max(int(train.max()), int(val.max()))
+        if top >= vocab:
+            raise DataError(f"--data {name}: token id {top} is not below the vocabulary size {vocab} "
+                            f"(set --vocab-size or meta.json)")
+    h = hashlib.sha256(f"{tokenizer}:{vocab}:{train.dtype.str}:{len(train)}:".encode())
+    h.update(memoryview(np.ascontiguousarray(train)).cast("B"))
+    h.update(memoryview(np.ascontiguousarray(val)).cast("B"))
+    return Corpus(name, train, val, vocab, tokenizer, h.hexdigest()[:12])
+
+
+def _load_folder(path: Path, vocab_size: int | None, data: str) -> Corpus:
+    if (path / "train.bin").exists() or (path / "val.bin").exists():
+        if not ((path / "train.bin").is_file() and (path / "val.bin").is_file()):
+            raise DataError(f"--data {data}: a .bin folder needs both train.bin and val.bin")
+        vocab = _bin_vocab(vocab_size, path / "meta.json", data)
+        train, val = _read_bin(path / "train.bin", data), _read_bin(path / "val.bin", data)
+        return _make(str(path), train, val, vocab, "bin", check_ids=True)
+    files = [p for p in path.rglob("*") if p.is_file()]
+    if not files:
+        raise DataError(f"--data {data}: the folder is empty")
+    texts = sorted(p.relative_to(path).as_posix() for p in files if p.suffix.lower() in (".txt", ".md"))
+    if not texts:
+        raise DataError(f"--data {data}: the folder has no .txt/.md files and no train.bin + val.bin")
+    docs = [(rel, _read_text(path / rel, data)) for rel in texts]
+    train, val = _split_docs([d for d in docs if d[1]], data)
+    return _make(str(path), train, val, _byte_vocab(vocab_size), "bytes")
+
+
+def _byte_vocab(vocab_size: int | None) -> int:
+    if vocab_size is not None and vocab_size < 256:
+        raise DataError(f"--vocab-size {vocab_size} is too small for a byte corpus (needs >= 256)")
+    return vocab_size or 256
+
+
+def _bin_vocab(vocab_size: int | None, meta: Path, data: str) -> int:
+    if vocab_size is not None:
+        return vocab_size
+    if not meta.is_file():
+        raise DataError(f"--data {data}: token .bin files need --vocab-size N or a meta.json with "
+                        f'{{"vocab_size": N}} next to them')
+    try:
+        v = json.loads(meta.read_text(encoding="utf-8"))["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise DataError(f'--data {data}: {meta} must hold {{"vocab_size": N}} (or pass --vocab-size)') from None
+    if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+        raise DataError(f"--data {data}: {meta} vocab_size must be a positive integer, got {v!r}")
+    return v
+
+
+def _read_bin(path: Path, data: str) -> np.ndarray:
+    size = path.stat().st_size
+    if size == 0:
+        raise DataError(f"--data {data}: {path.name} is empty")
+    if size % 2:
+        raise DataError(f"--data {data}: {path.name} has an odd byte count; expected uint16 token ids")
+    return np.memmap(path, dtype=np.uint16, mode="r")
+
+
+def _read_text(path: Path, data: str) -> bytes:
+    try:
+        raw = path.read_bytes()
+        raw.decode("utf-8")
+    except OSError as e:
+        raise DataError(f"--data {data}: cannot read {path}: {e.strerror}") from None
+    except UnicodeDecodeError:
+        raise DataError(f"--data {data}: {path} is not UTF-8 text") from None
+    return raw
+
+
+def _tail_split(tokens: np.ndarray, data: str) -> tuple[np.ndarray, np.ndarray]:
+    if len(tokens) < 2:
+        raise DataError(f"--data {data}: {len(tokens)} tokens cannot be split into train and validation")
+    n_val = max(1, len(tokens) * VAL_PERCENT // 100)
+    return tokens[:-n_val], tokens[-n_val:]
+
+
+def _is_val(relpath: str) -> bool:
+    return int.from_bytes(hashlib.sha256(relpath.encode()).digest()[:8], "big") % 100 < VAL_PERCENT
+
+
+def _split_docs(docs: list[tuple[str, bytes]], data: str) -> tuple[np.ndarray, np.ndarray]:
+    if not docs:
+        raise DataError(f"--data {data}: every .txt/.md file is empty")
+    train = [b for rel, b in docs if not _is_val(rel)]
+    val = [b for rel, b in docs if _is_val(rel)]
+    if not train or not val:  # too few documents for the bucket to hit both sides
+        return _tail_split(np.frombuffer(SEPARATOR.join(b for _, b in docs), dtype=np.uint8), data)
+    return (np.frombuffer(SEPARATOR.join(train), dtype=np.uint8),
+            np.frombuffer(SEPARATOR.join(val), dtype=np.uint8))
+
+
+def _stdlib_docs() -> list[tuple[str, Path | bytes]]:
+    """Documents in corpus order: pydoc topics, then the .py files by relative path."""
+    from pydoc_data.topics import topics
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    files = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
+        files += [Path(dirpath, f) for f in filenames if f.endswith(".py")]
+    rels = sorted((p.relative_to(root).as_posix(), p) for p in files)
+    # topics.py is the same prose as a Python literal; keep only the prose
+    prose = "\n\n".join(topics[k] for k in sorted(topics)).encode("utf-8")
+    return [("pydoc_data/topics.txt", prose)] + [r for r in rels if r[0] != "pydoc_data/topics.py"]
+
+
+def _stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
+    docs = _stdlib_docs()
+    key = hashlib.sha256(f"{_CACHE_FORMAT}:{STDLIB_CAP_BYTES}:{sys.version}".encode())
+    for rel, src in docs:
+        size, mtime = (len(src), 0) if isinstance(src, bytes) else (src.stat().st_size, src.stat().st_mtime_ns)
+        key.update(f"{rel}:{size}:{mtime}\n".encode())
+    stem = f"stdlib-py{sys.version.split()[0]}-{key.hexdigest()[:16]}"
+    cache = Path(cache_dir or os.environ.get("SEARCHMAPS_CACHE") or "~/.cache/searchmaps").expanduser()
+    bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
+    try:  # the .json is written after the .bin, so it vouches for a complete .bin
+        meta = json.loads(meta_path.read_text())
+        tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
+        if meta["n_train"] > 0 and meta["n_val"] > 0 and meta["n_train"] + meta["n_val"] == len(tokens):
+            return tokens[:meta["n_train"]], tokens[meta["n_train"]:]
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing or damaged cache: rebuild
+
+    train, val, total = [], [], 0
+    for rel, src in docs:
+        try:
+            raw = src if isinstance(src, bytes) else src.read_bytes()
+            raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if total + len(raw) > STDLIB_CAP_BYTES:
+            break
+        total += len(raw)
+        (val if _is_val(rel) else train).append(raw)
+    train_b, val_b = SEPARATOR.join(train), SEPARATOR.join(val)
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        _atomic_write(bin_path, train_b + val_b)
+        _atomic_write(meta_path, json.dumps({"n_train": len(train_b), "n_val": len(val_b)}).encode())
+    except OSError:
+        pass  # an unwritable cache only costs a rebuild next time
+    return np.frombuffer(train_b, dtype=np.uint8), np.frombuffer(val_b, dtype=np.uint8)
+
+
+def _atomic_write(path: Path, blob: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(blob)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise

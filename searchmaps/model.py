@@ -1,0 +1,191 @@
+"""The looped decoder, read top-down: norm -> positional encodings -> attention ->
+SwiGLU -> Block -> LoopedLM.
+
+A LLaMA-style pre-norm decoder (RMSNorm, causal attention, SwiGLU, tied embeddings)
+whose layers are applied according to a :class:`~searchmaps.config.ReuseMap`:
+
+    ILR map [r_1..r_L]:  for layer, r in zip(layers, R): for _ in range(r): x = layer(x)
+    block:K           :  x = e; repeat K times: (x = x + e after the first) run the stack
+
+Parameters never depend on the map; compute grows with ``reuse.applied_layers``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+
+# --------------------------------------------------------------------------- positions
+
+
+def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape (seq_len, head_dim // 2) for rotary embeddings."""
+    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
+    return angles.cos().float(), angles.sin().float()
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x[..., :h/2], x[..., h/2:]) of x (B, nh, T, hs) by position."""
+    x1, x2 = x.chunk(2, dim=-1)
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def alibi_slopes(n_heads: int) -> torch.Tensor:
+    """The ALiBi paper's head slopes: a geometric sequence 2^(-8/n) ... for a power of
+    two, and the interleaved extension from its reference code otherwise."""
+
+    def power_of_two(n: int) -> list[float]:
+        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n_heads).is_integer():
+        return torch.tensor(power_of_two(n_heads))
+    closest = 2 ** math.floor(math.log2(n_heads))
+    extra = power_of_two(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(power_of_two(closest) + extra)
+
+
+def alibi_bias(n_heads: int, seq_len: int) -> torch.Tensor:
+    """Additive attention bias (1, nh, T, T): -slope * distance, -inf above the diagonal."""
+    pos = torch.arange(seq_len)
+    distance = (pos[:, None] - pos[None, :]).float()  # i - j
+    bias = -alibi_slopes(n_heads)[:, None, None] * distance
+    bias = bias.masked_fill(distance < 0, float("-inf"))
+    return bias.unsqueeze(0)
+
+
+# --------------------------------------------------------------------------- layers
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
+
+    def forward(self, x, rope=None, bias=None):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, nh, T, hs)
+        k = k.view(B, T, self.n_heads, -1).transpose(1, 2)
+        v = v.view(B, T, self.n_heads, -1).transpose(1, 2)
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+        if bias is None:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return self.proj(y)
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_up = nn.Linear(cfg.d_model, 2 * cfg.ffn_hidden, bias=False)  # w1 and w3 fused
+        self.down = nn.Linear(cfg.ffn_hidden, cfg.d_model, bias=False)
+
+    def forward(self, x):
+        gate, up = self.gate_up(x).chunk(2, dim=-1)
+        return self.down(F.silu(gate) * up)
+
+
+class Block(nn.Module):
+    """One decoder layer. ``prenorm``: x + f(norm(x)) (LLaMA, ILR). ``deeploop``:
+    Post-LN DeepNorm, norm(alpha * x + f(x)), alpha = sqrt(2N) for unrolled depth N."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.postnorm = cfg.residual == "deeploop"
+        self.alpha = math.sqrt(2 * cfg.reuse.applied_layers) if self.postnorm else 1.0
+        self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.norm2 = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.attn = Attention(cfg)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x, rope=None, bias=None):
+        if self.postnorm:
+            x = self.norm1(self.alpha * x + self.attn(x, rope, bias))
+            return self.norm2(self.alpha * x + self.mlp(x))
+        x = x + self.attn(self.norm1(x), rope, bias)
+        return x + self.mlp(self.norm2(x))
+
+
+# --------------------------------------------------------------------------- model
+
+
+class LoopedLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.pos_emb = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.pe == "learned" else None
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm_f = nn.RMSNorm(cfg.d_model, eps=1e-6)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight  # tied
+
+        if cfg.pe == "rope":
+            cos, sin = rope_tables(cfg.seq_len, cfg.head_dim, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+        if cfg.pe == "alibi":
+            self.register_buffer("alibi", alibi_bias(cfg.n_heads, cfg.seq_len), persistent=False)
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        cfg = self.cfg
+        for name, p in self.named_parameters():
+            if p.dim() < 2:
+                continue  # norm gains stay at 1
+            if cfg.residual == "deeploop" and ".layers." in f".{name}":
+                # DeepNorm: xavier init, branch weights (values, output, FFN) scaled by beta
+                beta = (8 * cfg.reuse.applied_layers) ** -0.5
+                nn.init.xavier_normal_(p)
+                if name.endswith("qkv.weight"):
+                    p.data[2 * cfg.d_model :].mul_(beta)  # v rows only; q and k keep gain 1
+                else:
+                    p.data.mul_(beta)
+            else:
+                nn.init.normal_(p, mean=0.0, std=0.02)
+                if name.endswith(("proj.weight", "down.weight")):
+                    # GPT-2: residual-branch outputs scaled by physical depth (not the map,
+                    # so every map of a seed starts from the same weights)
+                    p.data.mul_((2 * cfg.n_layers) ** -0.5)
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """idx, targets: (B, T) int64 token ids with T <= seq_len. Returns
+        (logits (B, T, vocab), mean cross-entropy in nats or None)."""
+        B, T = idx.shape
+        cfg = self.cfg
+        if T > cfg.seq_len:
+            raise ValueError(f"sequence of {T} tokens exceeds seq_len {cfg.seq_len}")
+        e = self.tok_emb(idx)  # (B, T, d)
+        if self.pos_emb is not None:
+            e = e + self.pos_emb.weight[:T]
+        rope = (self.rope_cos[:T], self.rope_sin[:T]) if cfg.pe == "rope" else None
+        bias = self.alibi[:, :, :T, :T] if cfg.pe == "alibi" else None
+
+        x = e
+        for k in range(cfg.reuse.block):
+            if k > 0:
+                x = x + e  # block recurrence re-injects the input embedding
+            for layer, r in zip(self.layers, cfg.reuse.repeats):
+                for _ in range(r):
+                    x = layer(x, rope, bias)
+        logits = self.lm_head(self.norm_f(x))
+        if targets is None:
+            return logits, None
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
+        return logits, loss

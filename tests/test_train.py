@@ -1,0 +1,148 @@
+"""The proxy trainer: records, horizons, determinism, failures, and its CLI."""
+
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+
+from searchmaps import flops
+from searchmaps.config import ConfigError, TrainConfig
+from searchmaps.train import lr_at, plan_steps, train
+from tests.conftest import tiny_spec
+
+RECORD_KEYS = {
+    "map", "pe", "seed", "config_hash", "n_params", "flops_per_token", "train_flops_per_token",
+    "kv_bytes_per_token", "status", "error", "steps", "tokens", "train_flops", "val_loss", "val_ppl",
+    "train_loss", "curve", "wall_s", "tokens_per_s", "data_fingerprint", "horizon",
+}
+
+
+def test_record_is_self_describing(corpus):
+    spec = tiny_spec("2,1", tokens=4096)
+    rec = train(spec, corpus)
+    assert RECORD_KEYS <= set(rec)
+    assert rec["status"] == "ok" and rec["error"] == ""
+    assert rec["steps"] == 4096 // (4 * 32) == 32
+    assert rec["tokens"] == 4096
+    assert rec["train_flops"] == 4096 * flops.train_flops_per_token(spec.model)
+    assert rec["val_ppl"] == pytest.approx(math.exp(rec["val_loss"]))
+    assert rec["val_loss"] < math.log(256)  # it learned something
+    assert rec["config.model.reuse"] == "2,1" and rec["config.seed"] == 0
+    curve = json.loads(rec["curve"])
+    assert [p["step"] for p in curve] == [6, 12, 18, 24, 30, 32]
+    assert curve[-1]["val_loss"] == rec["val_loss"]
+
+
+@pytest.mark.parametrize("pe", ["nope", "rope", "learned", "alibi"])
+@pytest.mark.parametrize("reuse", ["1,1", "3,1", "block:2"])
+def test_same_seed_same_numbers(corpus, pe, reuse):
+    a = train(tiny_spec(reuse, pe, seed=1, tokens=1024), corpus)
+    b = train(tiny_spec(reuse, pe, seed=1, tokens=1024), corpus)
+    assert a["status"] == "ok"
+    assert a["curve"] == b["curve"] and a["train_loss"] == b["train_loss"]  # bit-identical
+
+
+def test_different_seed_different_numbers(corpus):
+    a = train(tiny_spec(seed=1, tokens=1024), corpus)
+    b = train(tiny_spec(seed=2, tokens=1024), corpus)
+    assert a["val_loss"] != b["val_loss"]
+
+
+def test_compiled_bf16_default_mode_is_deterministic(corpus):
+    a = train(tiny_spec("2,1", seed=3, tokens=1024, compile=True, precision="bf16"), corpus)
+    b = train(tiny_spec("2,1", seed=3, tokens=1024, compile=True, precision="bf16"), corpus)
+    assert a["status"] == "ok", a["error"]
+    assert a["curve"] == b["curve"]
+    eager = train(tiny_spec("2,1", seed=3, tokens=1024, compile=False, precision="bf16"), corpus)
+    assert eager["val_loss"] == pytest.approx(a["val_loss"], rel=0.02)  # same training, other kernels
+
+
+def test_flop_matched_horizon_gives_heavier_maps_fewer_tokens(corpus):
+    budget = 64 * 128 * flops.train_flops_per_token(tiny_spec("1,1").model)  # 64 baseline steps
+    light = tiny_spec("1,1", tokens=None, train_flops=budget)
+    heavy = tiny_spec("3,1", tokens=None, train_flops=budget)
+    assert plan_steps(light) == 64
+    per_layer = flops.layer_flops_per_token(heavy.model)
+    ratio = flops.flops_per_token(heavy.model) / flops.flops_per_token(light.model)
+    assert plan_steps(heavy) == int(64 / ratio)
+    rec = train(heavy, corpus)
+    assert rec["horizon"] == "train_flops" and rec["status"] == "ok"
+    assert rec["train_flops"] <= budget and rec["train_flops"] > budget - 128 * 3 * (per_layer * 4)
+    assert rec["tokens"] == plan_steps(heavy) * 128
+
+
+def test_budget_below_one_step_is_a_config_error():
+    with pytest.raises(ConfigError, match="--train-flops"):
+        plan_steps(tiny_spec(tokens=None, train_flops=1e3))
+    with pytest.raises(ConfigError, match="--tokens"):
+        plan_steps(tiny_spec(tokens=10))
+
+
+def test_learning_rate_schedule():
+    spec = tiny_spec()
+    t = spec.train
+    steps = 100
+    assert lr_at(0, steps, spec) == pytest.approx(t.lr / 10)  # warm-up: 10 steps
+    assert lr_at(9, steps, spec) == pytest.approx(t.lr)
+    assert lr_at(10, steps, spec) == pytest.approx(t.lr)
+    assert lr_at(55, steps, spec) == pytest.approx(t.lr / 2)  # half-way through the cosine
+    assert lr_at(99, steps, spec) < 0.01 * t.lr
+
+
+def test_nan_loss_is_recorded_as_failed_not_raised(corpus):
+    rec = train(tiny_spec(tokens=8192, lr=1e12, grad_clip=1e30), corpus)
+    assert rec["status"] == "failed"
+    assert "non-finite" in rec["error"]
+    assert math.isnan(rec["val_loss"])
+
+
+def test_callback_can_stop_a_run(corpus):
+    seen = []
+    rec = train(tiny_spec(tokens=4096), corpus, on_eval=lambda p: seen.append(p) or len(seen) == 2)
+    assert rec["status"] == "pruned"
+    assert rec["steps"] == 12 and len(seen) == 2
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "searchmaps.train", *args],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_prints_json_record():
+    out = run_cli("--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+                  "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
+                  "--precision", "fp32", "--json", "--quiet")
+    assert out.returncode == 0, out.stderr
+    rec = json.loads(out.stdout)
+    assert rec["map"] == "2,1" and rec["status"] == "ok" and rec["tokens"] == 896
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["--map", "4,0,1,1"], "--map"),
+    (["--map", "4,-1,1,1"], "--map"),
+    (["--map", "4,2.5,1,1"], "--map"),
+    (["--map", "4,2,1"], "--layers"),
+    (["--pe", "sinusoid"], "--pe"),
+    (["--d-model", "130"], "--heads"),
+    (["--pe", "learned", "--seq-len", "2048"], "--max-positions"),
+    (["--tokens", "-5"], "--tokens"),
+    (["--tokens", "0"], "--tokens"),
+    (["--train-flops", "-1e9"], "--train-flops"),
+    (["--tokens", "1e6", "--train-flops", "1e12"], "--train-flops"),
+    (["--tokens", "abc"], "--tokens"),
+    (["--seed", "-1"], "--seed"),
+    (["--data", "/nonexistent/corpus.txt"], "--data"),
+    (["--device", "tpu"], "--device"),
+    (["--bogus"], "--bogus"),
+])
+def test_cli_errors_are_one_line_exit_2(args, flag):
+    out = run_cli(*args, "--quiet")
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and flag in lines[0], out.stderr
