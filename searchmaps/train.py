@@ -12,6 +12,7 @@ escapes a training that fails for numerical or memory reasons.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import platform
@@ -135,9 +136,33 @@ def describe(spec: TrialSpec, corpus: Corpus | None = None) -> dict:
         "horizon": "tokens" if spec.train.tokens is not None else "train_flops",
     }
     rec.update({f"config.{k}": v for k, v in spec.to_dict().items()})
-    if corpus is not None:
-        rec["data_fingerprint"] = corpus.fingerprint
+    rec.update(data_fingerprint=corpus.fingerprint if corpus is not None else "",
+               device_resolved="", torch_version=torch.__version__, host=platform.node())
     return rec
+
+
+def failed_record(spec: TrialSpec, reason: str) -> dict:
+    """The record of a training that could not run at all; same keys as :func:`train`'s."""
+    rec = describe(spec)
+    nan = float("nan")
+    rec.update(status="failed", error=reason, steps=0, steps_planned=0, tokens=0, train_flops=0.0,
+               val_loss=nan, val_ppl=nan, train_loss=nan, curve="[]", wall_s=0.0, cpu_s=0.0, eval_s=0.0,
+               tokens_per_s=nan)
+    return rec
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_corpus(data: str, vocab_size: int | None) -> Corpus:
+    return load_corpus(data, vocab_size=vocab_size)
+
+
+def train_or_fail(spec: TrialSpec, vocab_size: int | None = None, **kwargs) -> dict:
+    """:func:`train` for a worker process: the corpus is loaded once per process, and
+    any error — configuration, data or bug — comes back as a ``failed`` record."""
+    try:
+        return train(spec, _cached_corpus(spec.data, vocab_size), **kwargs)
+    except Exception as exc:  # a worker must report, never crash the search
+        return failed_record(spec, f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}")
 
 
 def train(
@@ -163,7 +188,7 @@ def train(
     device = resolve_device(spec.device)
     steps = plan_steps(spec)
     rec = describe(spec, corpus)
-    rec.update(device_resolved=device, torch_version=torch.__version__, host=platform.node())
+    rec["device_resolved"] = device
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
@@ -173,7 +198,7 @@ def train(
     curve: list[dict] = []
     train_losses: list[float] = []
     status, reason, step, eval_s = "ok", "", 0, 0.0
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     try:
         model = LoopedLM(cfg).to(device)
         if spec.train.compile:
@@ -218,6 +243,7 @@ def train(
     except RuntimeError as exc:
         status, reason = "failed", f"{type(exc).__name__} at step {step}: {str(exc).splitlines()[0][:200]}"
     wall = time.perf_counter() - start
+    cpu = time.process_time() - cpu_start
 
     done = len(train_losses)
     tail = train_losses[-max(1, done // 10):] if train_losses else []
@@ -234,6 +260,7 @@ def train(
         train_loss=sum(tail) / len(tail) if tail else float("nan"),
         curve=json.dumps(curve),
         wall_s=wall,
+        cpu_s=cpu,  # process CPU time, all threads: cpu_s / wall_s is the training's core usage
         eval_s=eval_s,
         # training throughput: validation time excluded
         tokens_per_s=done * tokens_per_step / (wall - eval_s) if wall > eval_s else float("nan"),

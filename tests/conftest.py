@@ -1,5 +1,11 @@
 """Shared fixtures: tiny configs (d 32) so every test runs in seconds on 2 cores."""
 
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
@@ -16,3 +22,56 @@ def tiny_spec(reuse="1,1", pe="rope", seed=0, tokens=4096, compile=False, precis
     train = TrainConfig(tokens=tokens, batch_size=4, eval_tokens=512, precision=precision, compile=compile,
                         **train_kw)
     return TrialSpec(model=model, train=train, seed=seed)
+
+
+ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+RAY_BIN = str(Path(sys.executable).parent / "ray")
+
+TINY_SPACE = """
+name = "tiny"
+description = "2 layers, d 32: a test space"
+pe = ["rope"]
+seeds = 2
+[model]
+n_layers = 2
+d_model = 32
+n_heads = 2
+seq_len = 32
+[train]
+tokens = 2048
+batch_size = 4
+eval_tokens = 256
+[maps]
+repeats = [1, 3]
+block = [2]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One Ray head for the whole session, as a user would start it."""
+    port = free_port()
+    subprocess.run([RAY_BIN, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
+                    "--object-store-memory=100000000", "--disable-usage-stats"],
+                   env=ENV, check=True, capture_output=True, timeout=120)
+    os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    yield f"127.0.0.1:{port}"
+    import ray
+
+    ray.shutdown()
+    subprocess.run([RAY_BIN, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+
+
+@pytest.fixture()
+def space_file(tmp_path):
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY_SPACE)
+    return path
+
+

@@ -49,7 +49,7 @@ def test_block_and_ilr_are_exclusive():
     (dict(d_model=130, n_heads=4), "--heads"),
     (dict(pe="sinusoid"), "--pe"),
     (dict(pe="learned", seq_len=2048), "--max-positions"),
-    (dict(n_layers=3), "--map"),
+    (dict(n_layers=3, reuse=ReuseMap((1, 1, 1, 1))), "--map"),
     (dict(seq_len=0), "--seq-len"),
     (dict(residual="postnorm"), "--residual"),
 ])

@@ -1,0 +1,249 @@
+"""Search spaces: TOML files (``spaces/*.toml``) naming the model size, the proxy-training protocol
+and a domain of reuse maps (the ``[maps]`` list, ``repeats`` product and ``block`` maps, deduplicated,
+in that order). Feasibility is decided per unrolled depth; the product is never materialised: a DP
+over layers counts feasible completions, for exact counts, generation and uniform unranking."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import random
+import sys
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from . import flops
+from .config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TOP_KEYS = {"name": str, "description": str, "pe": None, "seeds": None,  # None: Space checks it
+            "model": dict, "train": dict, "maps": dict}
+MAP_KEYS = {"repeats": None, "block": None, "list": None}
+MODEL_FIXED = {"reuse": "is not set here: list maps under [maps]",
+               "vocab_size": "comes from the data: remove it",
+               "pe": "is not set here: list encodings in the top-level pe = [...]"}
+SAMPLE_LIMIT = sys.maxsize  # random.sample needs len(range(count)); beyond it, reject repeats
+WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a table"}
+
+
+class SpaceError(ConfigError):
+    """A malformed space file; the message names the file and the key to fix."""
+
+
+@dataclass(frozen=True)
+class Space:
+    """A search space; ``model`` is the template (baseline map, ``pe = pe[0]``)."""
+
+    name: str
+    description: str
+    model: ModelConfig
+    train: TrainConfig
+    pe: tuple[str, ...] = ("rope",)
+    seeds: int = 3
+    repeats: tuple[int, int] | None = None
+    block: tuple[int, ...] = ()
+    maps: tuple[ReuseMap, ...] = ()
+    source: str = "<space>"
+
+    def __post_init__(self) -> None:
+        src, pe, r, n = self.source, self.pe, self.repeats, self.model.n_layers
+        show = lambda v: repr(list(v) if isinstance(v, tuple) else v)  # noqa: E731
+        ints = lambda v: isinstance(v, tuple) and all(type(x) is int for x in v)  # noqa: E731
+        if not (isinstance(pe, tuple) and pe and len(set(pe)) == len(pe) and set(pe) <= set(POSITIONAL_ENCODINGS)):
+            raise SpaceError(f"{src}: pe must be a non-empty list of distinct names from "
+                             f"{', '.join(POSITIONAL_ENCODINGS)}, got {show(pe)}")
+        if type(self.seeds) is not int or self.seeds < 1:
+            raise SpaceError(f"{src}: seeds must be an integer >= 1, got {self.seeds!r}")
+        if r is not None and not (ints(r) and len(r) == 2 and 1 <= r[0] <= r[1]):
+            raise SpaceError(f"{src}: [maps].repeats must be [lo, hi] with 1 <= lo <= hi, got {show(r)}")
+        if not ints(self.block) or any(k < 2 for k in self.block):
+            raise SpaceError(f"{src}: [maps].block must be a list of integers >= 2, got {show(self.block)}")
+        object.__setattr__(self, "block", tuple(sorted(set(self.block))))
+        if any(getattr(m, "n_layers", None) != n for m in self.maps):
+            raise SpaceError(f"{src}: every [maps].list map needs [model].n_layers = {n} entries")
+        if r is None and not self.block and not self.maps:
+            raise SpaceError(f"{src}: [maps] is empty: give at least one of repeats, block, list")
+        for p in reversed(pe):  # every encoding must fit the model; the template keeps pe[0]
+            try:
+                object.__setattr__(self, "model", dataclasses.replace(self.model, pe=p, reuse=None))
+            except ConfigError as e:
+                raise SpaceError(f"{src}: pe {p!r} does not fit [model]: {e}") from None
+
+    def with_overrides(self, model: dict | None = None, train: dict | None = None) -> "Space":
+        """The same domain on changed templates (``d_model``, ``seq_len``, ``tokens``, ...);
+        setting one horizon (``tokens`` or ``train_flops``) clears the other."""
+        mkw, tkw = dict(model or {}), dict(train or {})
+        horizons = (("tokens", "train_flops"), ("train_flops", "tokens"))
+        tkw.update({b: None for a, b in horizons if a in tkw and b not in tkw})
+        fields = ModelConfig.__dataclass_fields__.keys() - {"reuse", "pe"}, TrainConfig.__dataclass_fields__.keys()
+        if bad := sorted(mkw.keys() - fields[0] | tkw.keys() - fields[1]):
+            raise ConfigError(f"cannot override {', '.join(bad)}: no such model/train setting, or the space "
+                              f"({self.source}) sets it (maps, pe)")
+        new_model, maps = dataclasses.replace(self.model, **mkw, reuse=None), self.maps
+        if (n := new_model.n_layers) != self.model.n_layers:
+            if any(not m.is_block for m in maps):
+                raise ConfigError(f"--layers {n}: {self.source} lists {self.model.n_layers}-layer maps; "
+                                  f"pass a space file written for {n} layers (--space)")
+            maps = tuple(ReuseMap((1,) * n, m.block) for m in maps)
+        return dataclasses.replace(self, model=new_model, train=dataclasses.replace(self.train, **tkw), maps=maps)
+
+    def count(self) -> int:
+        """Size of the domain (no budget)."""
+        return count_feasible(self, math.inf)
+
+    def enumerate(self) -> Iterator[ReuseMap]:
+        """Every map once: the list (file order), the repeats product (lexicographic), blocks."""
+        return _generate(self, math.inf)
+
+
+def builtin_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / "spaces"
+
+
+def builtin_spaces() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.toml"))
+
+
+def load_space(name_or_path: str) -> Space:
+    """A built-in space by name (``ilr4``) or a ``.toml`` file by path."""
+    text = str(name_or_path)
+    is_name = not (text.endswith(".toml") or "/" in text or "\\" in text)
+    path = builtin_dir() / f"{text}.toml" if is_name else Path(text)
+    if not path.is_file():
+        raise SpaceError(f"unknown space {text!r}; built-in spaces: {', '.join(builtin_spaces())} "
+                         f"(or pass a path to a .toml file with --space)" if is_name else
+                         f"{text}: no such space file (check the path given with --space)")
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError, OSError) as e:
+        raise SpaceError(f"{path}: invalid TOML: {' '.join(str(e).split())}") from None
+    return _from_dict(data, str(path), path.stem)
+
+
+def _from_dict(d: dict, src: str, stem: str) -> Space:
+    hints = typing.get_type_hints(ModelConfig) | typing.get_type_hints(TrainConfig)
+    _check_keys(src, "", d, TOP_KEYS)
+    if "maps" not in d:
+        raise SpaceError(f"{src}: [maps] is missing: give at least one of repeats, block, list")
+    model_kw, train_kw, maps_t = d.get("model", {}), d.get("train", {}), d["maps"]
+    _check_keys(src, "model", model_kw, {k: hints[k] for k in ModelConfig.__dataclass_fields__})
+    _check_keys(src, "train", train_kw, {k: hints[k] for k in TrainConfig.__dataclass_fields__})
+    _check_keys(src, "maps", maps_t, MAP_KEYS)
+    train_kw = {"tokens": None, **train_kw} if "train_flops" in train_kw else train_kw
+    built = {}
+    for key, cls, kw in (("model", ModelConfig, dict(model_kw, pe="nope")), ("train", TrainConfig, train_kw)):
+        try:  # the model takes pe[0] in Space, once pe is checked
+            built[key] = cls(**kw)
+        except ConfigError as e:
+            raise SpaceError(f"{src}: [{key}]: {e}") from None
+    listed, parsed = maps_t.get("list", []), []
+    if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
+        raise SpaceError(f'{src}: [maps].list must be a list of strings like "4,2,1,1", got {listed!r}')
+    for s in listed:
+        try:
+            parsed.append(ReuseMap.parse(s, built["model"].n_layers))
+        except ConfigError as e:
+            raise SpaceError(f"{src}: [maps].list entry {s!r}: {str(e).removeprefix('--map: ')}") from None
+    tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
+    return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
+                 seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
+                 maps=tuple(parsed), source=src, **built)
+
+
+def _check_keys(src: str, section: str, table: dict, hints: dict) -> None:
+    """Unknown keys, keys fixed elsewhere, and values of the wrong type (hint None: any)."""
+    for key, value in table.items():
+        where = f"[{section}].{key}" if section else key
+        if section == "model" and key in MODEL_FIXED:
+            raise SpaceError(f"{src}: {where} {MODEL_FIXED[key]}")
+        if key not in hints:
+            known = ", ".join(k for k in hints if section != "model" or k not in MODEL_FIXED)
+            raise SpaceError(f"{src}: unknown key {where}; known: {known}")
+        args = [a for a in typing.get_args(hints[key]) if a is not type(None)]  # int | None -> int
+        want = str if typing.get_origin(hints[key]) is typing.Literal else args[0] if args else hints[key]
+        if want is not None and type(value) is not want and not (want is float and type(value) is int):
+            raise SpaceError(f"{src}: {where} must be {WORDS[want]}, got {value!r}")
+
+
+def map_flops(space: Space, reuse: ReuseMap) -> int:
+    return flops.flops_per_token(space.model.with_map(reuse))
+
+
+def count_feasible(space: Space, budget_flops: float) -> int:
+    _, outside, ways = _plan(space, budget_flops)
+    return len(outside) + ways[0].get(0, 0)
+
+
+def feasible_maps(space: Space, budget_flops: float) -> list[ReuseMap]:
+    """Every domain map with forward FLOPs/token <= budget, in :meth:`Space.enumerate` order."""
+    return list(_generate(space, budget_flops))
+
+
+def sample_feasible(space: Space, budget_flops: float, n: int, rng: np.random.Generator) -> list[ReuseMap]:
+    """``n`` distinct maps uniform over the feasible maps, without replacement (all, shuffled, when
+    ``n`` >= their count): ``random.sample`` (seeded from ``rng``; beyond SAMPLE_LIMIT, uniform draws
+    with repeats rejected) picks indices into ``range(count)``, unranked through the DP counts."""
+    _, outside, ways = _plan(space, budget_flops)
+    total = len(outside) + ways[0].get(0, 0)
+    draw, k, idx = random.Random(int(rng.integers(2**63))), min(max(n, 0), total), {}
+    while total > SAMPLE_LIMIT and len(idx) < k:
+        idx.setdefault(draw.randrange(total), None)
+    idx = idx if total > SAMPLE_LIMIT else draw.sample(range(total), k)
+    return [outside[i] if i < len(outside) else _unrank(space, ways, i - len(outside)) for i in map(int, idx)]
+
+
+def cheapest(space: Space) -> tuple[ReuseMap, int]:
+    """The cheapest map of the domain (first in enumerate order on ties) and its FLOPs/token."""
+    lowest = [ReuseMap((space.repeats[0],) * space.model.n_layers)] if space.repeats else []
+    best = min(list(space.maps) + lowest + _plan(space, math.inf)[1], key=lambda m: map_flops(space, m))
+    return best, map_flops(space, best)
+
+
+def _plan(space: Space, budget: float):
+    """``ok(depth)``: whether maps of that unrolled depth (all cost the same) fit the budget;
+    the feasible maps outside the repeats product (list, then blocks, deduplicated); and
+    ``ways[l][acc]``: how many ways fill layers l.. from depth ``acc`` to a feasible depth."""
+    (lo, hi), n = space.repeats or (0, -1), space.model.n_layers
+    ok = functools.cache(lambda depth: map_flops(space, ReuseMap((depth - n + 1,) + (1,) * (n - 1))) <= budget)
+    outside = [m for m in dict.fromkeys(space.maps + tuple(ReuseMap((1,) * n, k) for k in space.block))
+               if ok(m.applied_layers) and (m.is_block or not all(lo <= r <= hi for r in m.repeats))]
+    ways = [{} for _ in range(n)] + [{acc: int(ok(acc)) for acc in range(n * lo, n * hi + 1)}]
+    for layer in range(n - 1, -1, -1):
+        ways[layer] = {acc: sum(ways[layer + 1][acc + r] for r in range(lo, hi + 1))
+                       for acc in range(layer * lo, layer * hi + 1)}
+    return ok, outside, ways
+
+
+def _generate(space: Space, budget: float) -> Iterator[ReuseMap]:
+    ok, outside, ways = _plan(space, budget)
+    (lo, hi), n, listed = space.repeats or (0, -1), space.model.n_layers, dict.fromkeys(space.maps)
+    yield from (m for m in listed if ok(m.applied_layers))
+    stack = [((), 0)] if space.repeats else []
+    while stack:  # depth first, lexicographic, only into prefixes that can still fit
+        prefix, acc = stack.pop()
+        if len(prefix) < n:
+            stack += [(prefix + (r,), acc + r) for r in range(hi, lo - 1, -1) if ways[len(prefix) + 1][acc + r]]
+        elif (m := ReuseMap(prefix)) not in listed:
+            yield m
+    yield from (m for m in outside if m not in listed)  # the block maps
+
+
+def _unrank(space: Space, ways: list[dict[int, int]], i: int) -> ReuseMap:
+    """The i-th feasible product map in lexicographic order."""
+    (lo, hi), acc, out = space.repeats, 0, []
+    for layer in range(space.model.n_layers):
+        for r in range(lo, hi + 1):
+            if i < ways[layer + 1][acc + r]:
+                out, acc = out + [r], acc + r
+                break
+            i -= ways[layer + 1][acc + r]
+    return ReuseMap(tuple(out))

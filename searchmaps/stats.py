@@ -1,0 +1,430 @@
+"""Which reuse maps really win: paired statistics over seeds.
+
+Input everywhere is a long DataFrame of successful runs with columns ``candidate``
+(str, e.g. ``"4,2,1,1|rope"``), ``seed`` (int) and a metric column (default
+``val_ppl``; lower is better). Seed ``s`` of two candidates shares data order and
+init draw, so every comparison is PAIRED on seed and uses only the seeds both
+candidates have. Results are plain dicts and DataFrames; metric units are kept
+(a ``mean_diff`` of 0.3 on ``val_ppl`` means 0.3 perplexity points).
+
+Multiple comparisons. "Candidate vs the best" compares against a candidate chosen
+by looking at the same data, so correcting only over the comparisons that were
+reported is anti-conservative (with 8 equal candidates that family-wise error is
+about 0.1 at alpha 0.05; see ``tests/test_stats.py``). Every comparison is
+therefore corrected as a member of the family of ALL K(K-1)/2 candidate pairs:
+whichever candidate turns out best, its comparisons are in that family, so the
+family-wise error (Holm) of any reported subset is at most alpha.
+
+Resolution of the exact sign-flip test: with n paired seeds the smallest two-sided
+p-value is 2 / 2**n, so it can only reject when 2 / 2**n <= alpha / m for m pairs
+(8 candidates, 28 pairs, alpha 0.05: n >= 11 seeds). :func:`detectable_difference`
+reports this next to the t-based minimum detectable effect.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import warnings
+
+import numpy as np
+import pandas as pd
+from scipy import optimize, stats
+from statsmodels.stats.multitest import multipletests
+
+METHODS = ("signflip", "wilcoxon", "ttest")
+
+
+# --------------------------------------------------------------------------- shape
+
+
+def to_matrix(df: pd.DataFrame, metric: str = "val_ppl") -> pd.DataFrame:
+    """Pivot long rows to a ``seeds x candidates`` matrix (NaN where a run is
+    missing); index is the sorted seeds, columns the sorted candidate names."""
+    for col in ("candidate", "seed", metric):
+        if col not in df.columns:
+            raise ValueError(f"result rows need a {col!r} column; have {list(df.columns)}")
+    dup = df.duplicated(["candidate", "seed"])
+    if dup.any():
+        first = df.loc[dup, ["candidate", "seed"]].iloc[0].tolist()
+        raise ValueError(f"duplicate result rows for (candidate, seed) = {tuple(first)}")
+    mat = df.pivot(index="seed", columns="candidate", values=metric).astype(float)
+    return mat.sort_index().sort_index(axis=1)
+
+
+def reference_candidate(candidates) -> str | None:
+    """The baseline: the first (sorted) candidate whose map part (before ``|``) is
+    all ones, e.g. ``"1,1,1,1|rope"``; None when there is none."""
+    for c in sorted(map(str, candidates)):
+        parts = c.split("|", 1)[0].split(",")
+        if all(p.strip() == "1" for p in parts):
+            return c
+    return None
+
+
+def _best(mat: pd.DataFrame) -> str:
+    """Lowest mean over each candidate's own seeds (ties: first by name)."""
+    return str(mat.mean().sort_values(kind="stable").index[0])
+
+
+# --------------------------------------------------------------------------- per candidate
+
+
+def summarize(df: pd.DataFrame, metric: str = "val_ppl", confidence: float = 0.95) -> pd.DataFrame:
+    """Per candidate, sorted by mean (best first): ``n_seeds``, ``mean``, ``std``
+    (ddof=1), ``sem``, and the t-interval ``ci_low``/``ci_high`` at ``confidence``;
+    std/sem/CI are NaN with a single seed. Units are the metric's."""
+    g = df.groupby("candidate")[metric]
+    out = pd.DataFrame({"n_seeds": g.count(), "mean": g.mean(), "std": g.std(ddof=1)})
+    out["sem"] = out["std"] / np.sqrt(out["n_seeds"])
+    with np.errstate(invalid="ignore"):
+        half = stats.t.ppf(0.5 + confidence / 2, out["n_seeds"] - 1) * out["sem"]
+    out["ci_low"], out["ci_high"] = out["mean"] - half, out["mean"] + half
+    out = out.sort_values(["mean"], kind="stable").reset_index()
+    return out[["candidate", "n_seeds", "mean", "std", "sem", "ci_low", "ci_high"]]
+
+
+# --------------------------------------------------------------------------- paired tests
+
+
+def signflip_pvalues(diffs, max_exact: int = 16, n_resamples: int = 9999, random_state=0) -> np.ndarray:
+    """Two-sided sign-flip permutation p-values of ``mean(d) == 0``, one per row.
+
+    ``diffs`` is ``(m, n)``: m comparisons over the same number n of paired seeds.
+    For n <= ``max_exact`` all 2**n sign patterns are enumerated with numpy (same
+    p-values as ``scipy.stats.permutation_test(..., permutation_type="samples")``,
+    checked in the tests; sums within 1e-10 * sum|d| of the observed one count as
+    ties, which unlike scipy's 100-eps relative tolerance also catches ties among
+    rounded metrics). Above ``max_exact`` it delegates to
+    scipy's Monte Carlo version with ``n_resamples`` draws from ``random_state``.
+    """
+    d = np.atleast_2d(np.asarray(diffs, dtype=float))
+    m, n = d.shape
+    if n == 0:
+        return np.ones(m)
+    if n > max_exact:
+        res = stats.permutation_test(
+            (d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
+            vectorized=True, axis=-1, n_resamples=n_resamples, random_state=random_state,
+        )
+        return np.atleast_1d(res.pvalue)
+    p = np.empty(m)
+    chunk = max(1, 2**22 // 2**n)
+    for lo in range(0, m, chunk):
+        block = d[lo:lo + chunk]
+        null = np.concatenate([block[:, :1], -block[:, :1]], axis=1)
+        for i in range(1, n):  # every sign pattern, by doubling (no BLAS threads)
+            null = np.concatenate([null + block[:, i:i + 1], null - block[:, i:i + 1]], axis=1)
+        null = np.abs(null)  # column 0 is the observed sum (all signs +)
+        tol = 1e-10 * np.abs(block).sum(axis=1, keepdims=True)  # sums equal up to rounding tie
+        p[lo:lo + chunk] = (null >= null[:, :1] - tol).mean(axis=1)
+    return p
+
+
+def _pvalues(d: np.ndarray, method: str, rng) -> np.ndarray:
+    """p-values of rows of a complete ``(m, n)`` difference matrix."""
+    m, n = d.shape
+    if n < 2:
+        return np.ones(m)
+    if method == "signflip":
+        p = signflip_pvalues(d, random_state=rng)
+    elif method == "ttest":
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # constant rows; handled below
+            p = stats.ttest_1samp(d, 0.0, axis=1).pvalue
+    elif method == "wilcoxon":
+        p = np.ones(m)
+        for i, row in enumerate(d):
+            if np.any(row != 0):
+                try:
+                    p[i] = stats.wilcoxon(row).pvalue
+                except ValueError:  # e.g. too few non-zero differences
+                    p[i] = 1.0
+    else:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    p = np.where(np.all(d == 0, axis=1), 1.0, p)  # no difference at all
+    return np.where(np.isnan(p), 1.0, np.clip(p, 0.0, 1.0))
+
+
+def _diff_table(d: np.ndarray, method: str, confidence: float, rng) -> dict:
+    """Column arrays (n_pairs, mean_diff, sd_diff, CI, p_value, p_ttest) for rows
+    of a complete ``(m, n)`` difference matrix."""
+    m, n = d.shape
+    with np.errstate(all="ignore"):
+        mean = d.mean(axis=1) if n else np.full(m, np.nan)
+        sd = d.std(axis=1, ddof=1) if n > 1 else np.full(m, np.nan)
+        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) if n > 1 else np.nan
+    p_t = _pvalues(d, "ttest", rng)
+    return {
+        "n_pairs": np.full(m, n), "mean_diff": mean, "sd_diff": sd,
+        "diff_ci_low": mean - half, "diff_ci_high": mean + half,
+        "p_value": p_t if method == "ttest" else _pvalues(d, method, rng), "p_ttest": p_t,
+    }
+
+
+def paired_test(a, b, method: str = "signflip", confidence: float = 0.95, random_state=0) -> dict:
+    """Paired test of ``a`` vs ``b``, 1-D arrays over the same seeds (pairs with a
+    NaN are dropped). Returns ``n``, ``mean_diff`` (a - b, metric units),
+    ``sd_diff``, the t-interval ``diff_ci_low``/``diff_ci_high`` of the mean
+    difference, the two-sided ``p_value`` of ``method`` and ``p_ttest`` (paired
+    t-test, a second opinion). n < 2 or all differences zero give p = 1."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"a and b must be 1-D over the same seeds, got {a.shape} and {b.shape}")
+    d = (a - b)[~(np.isnan(a) | np.isnan(b))]
+    row = _diff_table(d[None, :], method, confidence, np.random.default_rng(random_state))
+    out = {"method": method, "n": int(row.pop("n_pairs")[0])}
+    return {**out, **{k: float(v[0]) for k, v in row.items()}}
+
+
+# --------------------------------------------------------------------------- all pairs
+
+
+def adjust_pvalues(p, correction: str | None = "holm") -> np.ndarray:
+    """Multiple-testing adjusted p-values of a 1-D array (NaN-free), by
+    ``statsmodels``' ``multipletests`` method name; None leaves them as they are.
+    Holm is computed here with the same formula because statsmodels' Holm branch
+    runs ``gc.collect()`` on every call (~20 ms with pandas loaded), which would
+    dominate racing and calibration loops; the tests pin it to multipletests."""
+    p = np.asarray(p, dtype=float)
+    if not correction or p.size == 0:
+        return p.copy()
+    if correction == "holm":
+        order = np.argsort(p, kind="stable")
+        adj = np.maximum.accumulate(p[order] * np.arange(p.size, 0, -1))
+        out = np.empty_like(p)
+        out[order] = np.minimum(adj, 1.0)
+        return out
+    return multipletests(p, method=correction)[1]
+
+
+_STAT_COLS = ("n_pairs", "mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "p_value", "p_ttest")
+
+
+def _all_pairs(mat: pd.DataFrame, method: str, correction: str | None, confidence: float, rng,
+               min_pairs: int = 2) -> dict:
+    """Paired statistics of a - b for every unordered pair (a < b by name), keyed
+    ``(a, b)``, with ``p_adjusted`` corrected over every pair that has at least
+    ``min_pairs`` (>= 2) shared seeds: the family, its size under the key
+    ``"family_size"``; pairs outside it get ``p_adjusted`` 1."""
+    x = mat.to_numpy()
+    names = list(mat.columns)
+    pairs = list(itertools.combinations(range(len(names)), 2))
+    cols = {k: np.full(len(pairs), np.nan) for k in _STAT_COLS}
+    diffs = [x[:, i] - x[:, j] for i, j in pairs]
+    keep = [~np.isnan(d) for d in diffs]
+    by_n: dict[int, list[int]] = {}
+    for k, mask in enumerate(keep):
+        by_n.setdefault(int(mask.sum()), []).append(k)
+    for n, idx in sorted(by_n.items()):  # batch the comparisons that share a seed count
+        block = np.array([diffs[k][keep[k]] for k in idx]).reshape(len(idx), n)
+        for col, vals in _diff_table(block, method, confidence, rng).items():
+            cols[col][idx] = vals
+    tested = cols["n_pairs"] >= max(2, min_pairs)
+    cols["p_adjusted"] = np.ones(len(pairs))
+    cols["p_adjusted"][tested] = adjust_pvalues(cols["p_value"][tested], correction)
+    out: dict = {"family_size": int(tested.sum())}
+    for k, (i, j) in enumerate(pairs):
+        out[(names[i], names[j])] = {c: float(v[k]) for c, v in cols.items()}
+    return out
+
+
+def _oriented(pairs: dict, cand: str, against: str) -> dict:
+    """The pair's statistics as ``cand - against``."""
+    if (cand, against) in pairs:
+        r = dict(pairs[(cand, against)])
+    else:
+        r = dict(pairs[(against, cand)])
+        r["mean_diff"] = -r["mean_diff"]
+        r["diff_ci_low"], r["diff_ci_high"] = -r["diff_ci_high"], -r["diff_ci_low"]
+    r["n_pairs"] = int(r["n_pairs"])
+    del r["sd_diff"]
+    return {"candidate": cand, "against": against, **r}
+
+
+def _by_mean(mat: pd.DataFrame) -> list[str]:
+    return [str(c) for c in mat.mean().sort_values(kind="stable").index]
+
+
+_COMPARE_COLS = ["candidate", "against", "kind", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high",
+                 "p_value", "p_ttest", "p_adjusted", "significant"]
+
+
+def _compare(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> pd.DataFrame:
+    rows, seen = [], set()
+    for kind, against in (("vs_best", _best(mat)), ("vs_reference", ref)):
+        if against is None:
+            continue
+        for c in _by_mean(mat):
+            key = frozenset((c, against))
+            if c == against or key in seen:
+                continue
+            seen.add(key)
+            rows.append({**_oriented(pairs, c, against), "kind": kind})
+    out = pd.DataFrame(rows, columns=_COMPARE_COLS[:-1])
+    out["significant"] = out["p_adjusted"] <= alpha
+    out.attrs["family_size"] = pairs["family_size"]
+    return out[_COMPARE_COLS]
+
+
+def _top_group(mat: pd.DataFrame, pairs: dict, alpha: float) -> list[str]:
+    best = _best(mat)
+    keep = [best]
+    for c in _by_mean(mat):
+        if c != best:
+            r = _oriented(pairs, c, best)
+            if not (r["p_adjusted"] <= alpha and r["mean_diff"] > 0):
+                keep.append(c)
+    return keep
+
+
+def _pairwise(mat: pd.DataFrame, pairs: dict) -> pd.DataFrame:
+    out = pd.DataFrame(np.nan, index=mat.columns, columns=mat.columns)
+    for key, r in pairs.items():
+        if key != "family_size":
+            out.loc[key[0], key[1]] = out.loc[key[1], key[0]] = r["p_adjusted"]
+    return out
+
+
+def _reference(mat: pd.DataFrame, reference: str | None) -> str | None:
+    ref = reference if reference is not None else reference_candidate(mat.columns)
+    if ref is not None and ref not in mat.columns:
+        raise ValueError(f"reference {ref!r} is not among the candidates")
+    return ref
+
+
+def compare(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, method: str = "signflip",
+            correction: str | None = "holm", alpha: float = 0.05, confidence: float = 0.95,
+            random_state=0) -> pd.DataFrame:
+    """Every candidate vs the best (lowest mean) and vs the reference.
+
+    ``reference`` defaults to :func:`reference_candidate` (the all-ones map).
+    Each unordered pair appears once: a vs_reference row is left out when that
+    pair is already a vs_best row. Columns: candidate, against, kind
+    (``vs_best``/``vs_reference``), n_pairs, mean_diff (candidate - against, metric
+    units; > 0 means the candidate is worse), diff_ci_low/high (per-comparison
+    t-interval at ``confidence``), p_value (``method``), p_ttest, p_adjusted
+    (``correction``, a ``multipletests`` method name, over all K(K-1)/2 pairs; see
+    the module docstring) and significant (p_adjusted <= alpha). The family size
+    is in ``.attrs["family_size"]``.
+    """
+    mat = to_matrix(df, metric)
+    pairs = _all_pairs(mat, method, correction, confidence, np.random.default_rng(random_state))
+    return _compare(mat, pairs, _reference(mat, reference), alpha)
+
+
+def pairwise_pvalues(df: pd.DataFrame, metric: str = "val_ppl", method: str = "signflip",
+                     correction: str | None = "holm", random_state=0) -> pd.DataFrame:
+    """Square ``candidates x candidates`` matrix of corrected pairwise p-values
+    (the same numbers :func:`compare` reports), NaN on the diagonal."""
+    mat = to_matrix(df, metric)
+    return _pairwise(mat, _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state)))
+
+
+def top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "signflip",
+              correction: str | None = "holm", random_state=0) -> list[str]:
+    """The best candidate plus every candidate NOT significantly worse than it
+    (corrected over all pairs), ordered by mean: the answer to "which map wins"."""
+    mat = to_matrix(df, metric)
+    return _top_group(mat, _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state)), alpha)
+
+
+def friedman(df: pd.DataFrame, metric: str = "val_ppl") -> dict | None:
+    """Friedman omnibus test over the seeds every candidate has. None unless there
+    are >= 3 candidates and >= 2 complete seeds; else ``statistic``,
+    ``p_value``, ``n_seeds``, ``n_candidates``."""
+    mat = to_matrix(df, metric).dropna()
+    if mat.shape[1] < 3 or mat.shape[0] < 2:
+        return None
+    with np.errstate(all="ignore"):
+        res = stats.friedmanchisquare(*mat.to_numpy().T)
+    p = float(res.pvalue) if np.isfinite(res.pvalue) else 1.0
+    return {"statistic": float(res.statistic), "p_value": p,
+            "n_seeds": int(mat.shape[0]), "n_candidates": int(mat.shape[1])}
+
+
+# --------------------------------------------------------------------------- power
+
+
+def min_detectable_effect(sd_diff: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8,
+                          n_comparisons: int = 1) -> float:
+    """Smallest true mean difference (metric units) that a two-sided paired t-test
+    over ``n_seeds`` seeds detects with probability ``power`` at level
+    ``alpha / n_comparisons``, given the sd of paired differences ``sd_diff``.
+    Solved on the noncentral t (``scipy.stats.nct``); NaN for n_seeds < 2."""
+    n = int(n_seeds)
+    if n < 2 or not sd_diff > 0:
+        return float("nan")
+    df, a = n - 1, alpha / n_comparisons
+    crit = stats.t.ppf(1 - a / 2, df)
+
+    def gap(dz: float) -> float:  # power at effect dz (in sd_diff units) minus target
+        nc = dz * math.sqrt(n)
+        lower = np.nan_to_num(stats.nct.cdf(-crit, df, nc))  # the wrong-sign tail, ~0
+        return stats.nct.sf(crit, df, nc) + lower - power
+
+    hi = 1.0
+    while gap(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(gap, 0.0, hi) * sd_diff)
+
+
+def detectable_difference(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, power: float = 0.8,
+                          n_comparisons: int | None = None, seeds=None) -> dict:
+    """How small a difference the current seeds can resolve.
+
+    ``sd_diff`` is the sd of paired differences pooled over the comparisons vs
+    the best; ``n_seeds`` the median number of seeds shared with the best;
+    ``n_comparisons`` defaults to all K(K-1)/2 pairs (the family :func:`compare`
+    corrects over). Returns those, ``mde`` (metric units) at the current seeds,
+    ``by_seeds`` (DataFrame n_seeds -> mde over ``seeds``, default 3..2n+4),
+    ``signflip_min_p`` = 2/2**n, ``signflip_can_reject`` (min_p <= alpha /
+    n_comparisons) and ``signflip_min_seeds`` (the fewest seeds for which it can).
+    """
+    mat = to_matrix(df, metric)
+    k = mat.shape[1]
+    m = n_comparisons if n_comparisons is not None else max(1, k * (k - 1) // 2)
+    best = _best(mat)
+    ss, dof, ns = 0.0, 0, []
+    for c in mat.columns:
+        if c == best:
+            continue
+        d = (mat[c] - mat[best]).dropna().to_numpy()
+        ns.append(len(d))
+        if len(d) > 1:
+            ss, dof = ss + ((d - d.mean()) ** 2).sum(), dof + len(d) - 1
+    sd = math.sqrt(ss / dof) if dof else float("nan")
+    n = int(np.median(ns)) if ns else 0
+    grid = list(seeds) if seeds is not None else list(range(3, 2 * max(n, 3) + 5))
+    by = pd.DataFrame({"n_seeds": grid,
+                       "mde": [min_detectable_effect(sd, s, alpha, power, m) for s in grid]})
+    min_p = 2.0 / 2**n if n else 1.0
+    return {"sd_diff": sd, "n_seeds": n, "n_comparisons": m, "alpha": alpha, "power": power,
+            "mde": min_detectable_effect(sd, n, alpha, power, m), "by_seeds": by,
+            "signflip_min_p": min_p, "signflip_can_reject": bool(min_p <= alpha / m),
+            "signflip_min_seeds": int(math.ceil(math.log2(2 * m / alpha)))}
+
+
+# --------------------------------------------------------------------------- bundle
+
+
+def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, alpha: float = 0.05,
+            method: str = "signflip", correction: str | None = "holm", random_state=0) -> dict:
+    """Everything the report shows, in one call: ``summary``, ``comparisons``,
+    ``friedman``, ``best``, ``reference``, ``top_group``, ``pairwise`` and
+    ``mde`` (see the functions of the same names), plus the settings used."""
+    mat = to_matrix(df, metric)
+    ref = _reference(mat, reference)
+    pairs = _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state))
+    return {
+        "metric": metric, "alpha": alpha, "method": method, "correction": correction,
+        "family_size": pairs["family_size"],
+        "summary": summarize(df, metric),
+        "comparisons": _compare(mat, pairs, ref, alpha),
+        "friedman": friedman(df, metric),
+        "best": _best(mat),
+        "reference": ref,
+        "top_group": _top_group(mat, pairs, alpha),
+        "pairwise": _pairwise(mat, pairs),
+        "mde": detectable_difference(df, metric, alpha),
+    }
