@@ -27,7 +27,8 @@ case "$task" in
   setup) setup ;;
   demo)
     setup
-    exec "$VENV/bin/python" -m searchmaps.train --map 2,1,1,1 --tokens 5e5 "$@"
+    # ILR's small model, the 15 maps with at most 6 applied layers, 3 seeds, 2 workers
+    exec "$VENV/bin/python" -m searchmaps.run --space ilr4 --budget-flops 3.7e6 --seeds 3 "$@"
     ;;
   test)
     setup

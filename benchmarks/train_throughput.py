@@ -48,6 +48,31 @@ def matmul_peak(threads: int, n: int = 2048, repeats: int = 10) -> float:
     return 2 * n**3 / best / 1e9
 
 
+def shape_matmul_ceiling(cfg: ModelConfig, batch: int, threads: int, repeats: int = 5) -> float:
+    """fp32 GFLOP/s of exactly the matrix products of one training step of ``cfg`` (forward,
+    input gradients, weight gradients, attention), nothing else: the best the trainer could
+    do at this model's small shapes, which a 2048^3 peak overstates."""
+    torch.set_num_threads(threads)
+    d, h, T, V, nh = cfg.d_model, cfg.ffn_hidden, cfg.seq_len, cfg.vocab_size, cfg.n_heads
+    BT, hs = batch * T, cfg.head_dim
+    linear = [(d, 3 * d), (d, d), (d, 2 * h), (h, d)] * cfg.reuse.applied_layers + [(d, V)]
+    ops = []
+    for k, n in linear:  # forward, grad input, grad weight
+        ops += [((BT, k), (k, n)), ((BT, n), (n, k)), ((k, BT), (BT, n))]
+    attn = [((batch * nh, T, hs), (batch * nh, hs, T)), ((batch * nh, T, T), (batch * nh, T, hs))]
+    ops += attn * 3 * cfg.reuse.applied_layers
+    tensors = [(torch.randn(*a), torch.randn(*b)) for a, b in ops]
+    flop = sum(2 * a.shape[-2] * a.shape[-1] * b.shape[-1] * (a.shape[0] if a.dim() == 3 else 1)
+               for a, b in tensors)
+    best = math.inf
+    for _ in range(repeats):
+        t = time.perf_counter()
+        for a, b in tensors:
+            torch.matmul(a, b)
+        best = min(best, time.perf_counter() - t)
+    return flop / best / 1e9
+
+
 def plain_loop(cfg: ModelConfig, corpus, steps: int, batch_size: int, threads: int) -> float:
     """tokens/s of the simplest correct training loop of the same model, fp32 eager."""
     torch.set_num_threads(threads)
@@ -87,7 +112,12 @@ def main() -> None:
     peak = matmul_peak(threads)
     print(f"machine: torch {torch.__version__}, {threads} thread(s), "
           f"bf16 matmul support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
-    print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s\n")
+    print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s")
+    for m in MAPS:
+        ceiling = shape_matmul_ceiling(base.with_map(m), batch, threads)
+        print(f"fp32 matmuls of one training step at the model's shapes, map {m}: "
+              f"{ceiling:.1f} GFLOP/s ({ceiling / peak:.0%} of peak)")
+    print()
     print(f"{'map':<9} {'mode':<13} {'tokens/s':>9} {'GFLOP/s':>8} {'of peak':>8} {'vs plain':>9}")
     for m in MAPS:
         cfg = base.with_map(m)

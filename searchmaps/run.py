@@ -40,6 +40,11 @@ def build_parser() -> Parser:
     p.add_argument("--trials", type=int, default=None,
                    help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler (random/tpe/nsga2)")
+    p.add_argument("--racing", action="store_true",
+                   help="start every candidate with --race-start-seeds seeds; after each round drop those "
+                        "significantly worse than the best (paired t-test, Holm); survivors get one more seed, up to --seeds")
+    p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
+    p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
     h.add_argument("--tokens", type=count, default=None,
                    help="training tokens per run, the same for every map (default: the space's)")
@@ -204,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         sampler = args.sampler
         if sampler == "auto":
             sampler = "grid" if n_fit * len(pes) <= 32 else "random"
+        if args.racing and sampler not in ("grid", "random"):
+            raise ConfigError(f"--racing needs a fixed candidate list: use --sampler grid or random, not {sampler}")
+        if args.racing and not 2 <= args.race_start_seeds <= seeds:
+            raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), got {args.race_start_seeds}")
+        if not 0 < args.alpha < 1:
+            raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
         study = args.study or default_study_name(space, pes, args.budget_flops)
         results_dir = Path(args.results_dir)
         check_results_dir(results_dir / study)
@@ -216,7 +227,8 @@ def main(argv: list[str] | None = None) -> int:
             ray_address=args.ray_address, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
             gpus_per_trial=args.gpus_per_trial, data=corpus.name, vocab_size=corpus.vocab_size,
             data_fingerprint=corpus.fingerprint, threads=args.threads, device=device,
-            search_seed=args.search_seed, progress=not args.quiet)
+            search_seed=args.search_seed, progress=not args.quiet, racing=args.racing,
+            race_start_seeds=args.race_start_seeds, alpha=args.alpha)
         _check_horizon(settings)
         ray = start_ray(args, args.workers * args.cpus_per_trial)
     except (ConfigError, DataError, SpaceError) as exc:
@@ -240,6 +252,9 @@ def main(argv: list[str] | None = None) -> int:
           f"({outcome.train_s:.0f} s of training on {args.workers} workers; "
           f"share of worker time outside training {overhead:.0%}); recovered {outcome.recovered} interrupted trials",
           file=sys.stderr)
+    if args.racing:
+        full = len(feasible_maps(space, args.budget_flops)) * len(pes) * seeds
+        print(f"racing: {outcome.trainings} trainings this run; full factorial would be {full}", file=sys.stderr)
     print_results(outcome.study)
     if not args.no_report:
         _report(settings)

@@ -40,6 +40,8 @@ OBJECTIVES = ("val_ppl", "flops_per_token")
 SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
 GRID_AUTO_LIMIT = 32  # auto: enumerate feasible sets up to this size, sample beyond
 HEARTBEAT_S = 30
+CRASHED = "crashed"  # status of a training whose process died; retried, then failed
+MAX_CRASHES = 2
 
 
 # --------------------------------------------------------------------------- settings
@@ -79,6 +81,9 @@ class SearchSettings:
     device: str = "cpu"
     search_seed: int = 0
     progress: bool = True
+    racing: bool = False  # grid/random only: drop candidates significantly worse than the best
+    race_start_seeds: int = 3
+    alpha: float = 0.05
 
     @property
     def study_dir(self) -> Path:
@@ -186,6 +191,11 @@ class RunLog:
         if raw:
             self.fields = next(csv.reader(io.StringIO(raw.decode())))
         for row in rows:
+            self._index(row)
+
+    def _index(self, row: dict) -> None:
+        # a crashed training (its worker process died) is history, not a result: run it again
+        if row["status"] != CRASHED:
             self.done[(row["config_hash"], int(row["seed"]))] = row
 
     def append(self, rec: dict) -> None:
@@ -201,7 +211,7 @@ class RunLog:
             f.write(buf.getvalue())
             f.flush()
             os.fsync(f.fileno())
-        self.done[(rec["config_hash"], int(rec["seed"]))] = rec
+        self._index(rec)
 
 
 # --------------------------------------------------------------------------- study
@@ -297,7 +307,9 @@ class _Pending:
     trial: optuna.Trial
     cand: Candidate
     config_hash: str
-    seeds_left: set[int] = field(default_factory=set)
+    seeds_left: set[int] = field(default_factory=set)  # scheduled, not yet finished
+    seeds_planned: int = 0  # seeds 0..seeds_planned-1 are scheduled or done
+    waiting: bool = False  # racing: this round's seeds are done, waiting for the others
 
 
 def make_searcher(s: SearchSettings, study: optuna.Study, log: RunLog, on_training_done=None):
@@ -316,12 +328,13 @@ def make_searcher(s: SearchSettings, study: optuna.Study, log: RunLog, on_traini
             self.finished = False
             self.lock = threading.Lock()
             self.told: list[int] = []
+            self.crashes: dict[tuple[str, int], int] = {}
 
         # Tune asks for one configuration whenever a slot is free.
         def suggest(self, trial_id: str):
             with self.lock:
                 while not self.queue:
-                    if not self._next_candidate():
+                    if not self._next_candidate() and not (s.racing and self._race_round()):
                         return Searcher.FINISHED if not self.pending else None
                 pend, seed = self.queue.pop(0)
                 self.by_tune_id[trial_id] = (pend, seed)
@@ -376,37 +389,84 @@ def make_searcher(s: SearchSettings, study: optuna.Study, log: RunLog, on_traini
                 trial.set_user_attr(k, v)
             self.pending[trial.number] = pend
             self.started += 1
-            for seed in range(s.seeds):
-                if (pend.config_hash, seed) in log.done:
-                    continue
-                pend.seeds_left.add(seed)
-                self.queue.append((pend, seed))
+            self._schedule(pend, min(s.seeds, s.race_start_seeds) if s.racing else s.seeds)
+
+        def _schedule(self, pend: _Pending, n_seeds: int) -> None:
+            """Queue seeds up to ``n_seeds`` that runs.csv does not already hold."""
+            for seed in range(pend.seeds_planned, n_seeds):
+                if (pend.config_hash, seed) not in log.done:
+                    pend.seeds_left.add(seed)
+                    self.queue.append((pend, seed))
+            pend.seeds_planned = n_seeds
             if not pend.seeds_left:  # every seed already in runs.csv (a resumed run)
+                self._round_done(pend)
+
+        def _round_done(self, pend: _Pending) -> None:
+            rows = [log.done[(pend.config_hash, seed)] for seed in range(pend.seeds_planned)]
+            failed = any(str(r["status"]) != "ok" for r in rows)
+            if not s.racing or failed or pend.seeds_planned >= s.seeds:
                 self._finish(pend)
+            else:
+                pend.waiting = True
+
+        def _race_round(self) -> bool:
+            """Racing: once every racing candidate has finished its round, drop those
+            significantly worse than the current best and give the survivors one more
+            seed. Returns whether anything changed."""
+            import pandas as pd
+
+            from .racing import race_step
+
+            racers = list(self.pending.values())
+            if not racers or not all(p.waiting for p in racers):
+                return False
+            rows = [{"candidate": p.cand.key, "seed": seed,
+                     "val_ppl": float(log.done[(p.config_hash, seed)]["val_ppl"])}
+                    for p in racers for seed in range(p.seeds_planned)]
+            step = race_step(pd.DataFrame(rows), alpha=s.alpha, method="ttest", min_seeds=s.race_start_seeds,
+                             max_seeds=s.seeds, candidates=[p.cand.key for p in racers])
+            for p in racers:
+                p.waiting = False
+                if p.cand.key in step["dropped"]:
+                    p.trial.set_user_attr("dropped_by_racing",
+                                          f"worse than {step['best']} after {p.seeds_planned} seeds "
+                                          f"(corrected p = {step['dropped'][p.cand.key]:.3g})")
+                    self._finish(p)
+                else:
+                    self._schedule(p, p.seeds_planned + 1)
+            return True
 
         def on_trial_complete(self, trial_id, result=None, error=False):
             with self.lock:
                 pend, seed = self.by_tune_id.pop(trial_id)
                 if result and "record" in result:
                     rec = json.loads(result["record"])
-                else:
+                else:  # the worker process died (killed, out of host memory, node lost)
                     from .train import failed_record
 
-                    rec = failed_record(s.spec(pend.cand, seed), "the training process died (see Ray logs)")
+                    crashes = self.crashes.get((pend.cand.key, seed), 0) + 1
+                    self.crashes[(pend.cand.key, seed)] = crashes
+                    rec = failed_record(s.spec(pend.cand, seed),
+                                        f"the training process died ({crashes} time(s); see Ray logs)")
+                    if crashes <= MAX_CRASHES:
+                        rec["status"] = CRASHED
                 if s.data_fingerprint and rec.get("data_fingerprint") not in (None, "", s.data_fingerprint):
                     rec["status"], rec["error"] = "failed", (
                         f"data on {rec.get('host')} differs from the driver's (fingerprint "
                         f"{rec.get('data_fingerprint')} != {s.data_fingerprint})")
                 rec["study"], rec["candidate"] = s.study, pend.cand.key
                 log.append(rec)
-                pend.seeds_left.discard(seed)
                 if on_training_done:
                     on_training_done(rec)
+                if rec["status"] == CRASHED:
+                    self.queue.insert(0, (pend, seed))  # run it again
+                    return
+                pend.seeds_left.discard(seed)
                 if not pend.seeds_left:
-                    self._finish(pend)
+                    self._round_done(pend)
 
         def _finish(self, pend: _Pending) -> None:
-            rows = [log.done[(pend.config_hash, seed)] for seed in range(s.seeds)]
+            rows = [log.done[(pend.config_hash, seed)] for seed in range(pend.seeds_planned)]
             tell_candidate(study, pend.trial, rows)
             self.pending.pop(pend.trial.number, None)
             self.done_keys.add(pend.cand.key)
@@ -490,7 +550,6 @@ class SearchOutcome:
 
 def run_search(s: SearchSettings) -> SearchOutcome:
     """Run (or resume) the search to completion; returns the study and timings."""
-    import ray
     from ray import tune
 
     study = open_study(s)
@@ -533,8 +592,6 @@ def run_search(s: SearchSettings) -> SearchOutcome:
     finally:
         stop.set()
         bar.close()
-    if ray.is_initialized() and not s.ray_address:
-        pass  # run.py owns the Ray lifecycle
     return SearchOutcome(study, stats["n"], time.perf_counter() - start, stats["train_s"], recovered)
 
 

@@ -1,9 +1,11 @@
 """Shared fixtures: tiny configs (d 32) so every test runs in seconds on 2 cores."""
 
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,17 +57,33 @@ def free_port() -> int:
 
 @pytest.fixture(scope="session")
 def ray_cluster():
-    """One Ray head for the whole session, as a user would start it."""
+    """One Ray head for the whole session, started as a user would (``ray start --head``).
+    ``--block`` keeps it in one process group we can stop without touching any other
+    Ray instance on the machine (``ray stop`` would kill them all)."""
     port = free_port()
-    subprocess.run([RAY_BIN, "start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", "--num-cpus=2", "--include-dashboard=false",
-                    "--object-store-memory=100000000", "--disable-usage-stats"],
-                   env=ENV, check=True, capture_output=True, timeout=120)
+    head = subprocess.Popen([RAY_BIN, "start", "--head", "--block", f"--port={port}", "--node-ip-address=127.0.0.1",
+                             "--num-cpus=2", "--include-dashboard=false", "--object-store-memory=100000000",
+                             "--disable-usage-stats"],
+                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert head.poll() is None, "ray start --head exited"
+            time.sleep(0.2)
+    time.sleep(2)  # GCS answers before the raylet has registered
     os.environ.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     yield f"127.0.0.1:{port}"
     import ray
 
     ray.shutdown()
-    subprocess.run([RAY_BIN, "stop", "--force"], env=ENV, capture_output=True, timeout=120)
+    os.killpg(head.pid, signal.SIGTERM)
+    try:
+        head.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(head.pid, signal.SIGKILL)
 
 
 @pytest.fixture()

@@ -207,3 +207,27 @@ def test_dry_run_lists_candidates_with_costs(space_file):
     assert len(lines) == 1 + 3
     assert lines[1].split()[:2] == ["1,1", "rope"]
     assert str(f"{tiny_flops('2,1'):,}") in out.stdout
+
+
+def test_racing_gives_extra_seeds_only_to_survivors(ray_cluster, space_file, tmp_path):
+    results = tmp_path / "results"
+    argv = common(space_file, results, "--seeds", "4", "--racing", "--race-start-seeds", "2", "--study", "race",
+                  "--ray-address", ray_cluster)
+    assert main(argv) == 0
+    rows = read_runs(results / "race" / "runs.csv")
+    study = optuna.load_study(study_name="race", storage=f"sqlite:///{results}/race/optuna.db")
+    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    assert len(done) == 3
+    for t in done:
+        seeds = sorted(int(r["seed"]) for r in rows if r["candidate"] == t.user_attrs["candidate"])
+        assert seeds == list(range(len(seeds))) and 2 <= len(seeds) <= 4  # paired: seeds 0..n-1
+        assert t.user_attrs["seeds"] == seeds
+        if len(seeds) < 4:  # stopped early only when racing dropped it
+            assert "worse than" in t.user_attrs["dropped_by_racing"]
+    assert len(rows) <= 3 * 4
+
+
+def test_racing_needs_a_fixed_candidate_list(space_file, tmp_path):
+    out = run_cli("--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path),
+                  "--racing", "--sampler", "tpe")
+    assert out.returncode == 2 and "--racing" in out.stderr
