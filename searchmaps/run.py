@@ -290,11 +290,14 @@ def print_results(study) -> None:
 
 
 def _report(settings) -> None:
+    """The report is a view of the results: a failure here never fails the search."""
+    from .report import ReportError, write_report
+
     try:
-        from .report import write_report
-    except ImportError:
+        path = write_report(settings.study_dir, alpha=settings.alpha)
+    except ReportError as exc:
+        print(f"searchmaps.run: no report: {exc}", file=sys.stderr)
         return
-    path = write_report(settings.study_dir)
     print(f"report: {path}", file=sys.stderr)
 
 

@@ -81,7 +81,7 @@ def ray_cluster():
     ray.shutdown()
     os.killpg(head.pid, signal.SIGTERM)
     try:
-        head.wait(timeout=60)
+        head.wait(timeout=5)
     except subprocess.TimeoutExpired:
         os.killpg(head.pid, signal.SIGKILL)
 

@@ -1,0 +1,66 @@
+"""report.html in a real browser: headless Chromium runs the embedded plotly.js offline.
+
+Skipped only where Chromium is missing outside CI; in CI (``CI`` set) ``.ci/run`` installs
+it, so a missing browser there is a failure. The screenshot is kept in
+``tests/artifacts/report.png`` (git-ignored) for a person to look at.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from searchmaps.report import write_report
+from tests.test_report import make_study, realistic_results
+
+ARTIFACTS = Path(__file__).parent / "artifacts"
+
+
+def chromium() -> str:
+    path = shutil.which("chromium") or shutil.which("chromium-browser")
+    if path:
+        return path
+    if os.environ.get("CI"):
+        pytest.fail("chromium is not installed but CI is set: .ci/run must install it (apt-get install chromium)")
+    pytest.skip("chromium not installed (apt-get install chromium); required in CI")
+
+
+def render(page: Path, profile: Path, screenshot: Path) -> tuple[str, str]:
+    """The DOM after the page's scripts ran, and the browser's log (console included)."""
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           "--disable-extensions", f"--user-data-dir={profile}", "--virtual-time-budget=10000",
+           "--enable-logging=stderr", "--v=0", "--window-size=1400,3000", "--hide-scrollbars",
+           f"--screenshot={screenshot}", "--dump-dom", page.resolve().as_uri()]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout, out.stderr
+
+
+def test_report_renders_in_chromium_without_errors(tmp_path):
+    study = make_study(tmp_path / "ilr4-rope-b9e5", realistic_results(), budget=900_000)
+    page = write_report(study, attach=False)
+    n_figures = page.read_text(encoding="utf-8").count('class="plotly-graph-div"')
+    assert n_figures == 3
+    ARTIFACTS.mkdir(exist_ok=True)
+    shot = ARTIFACTS / "report.png"
+    shot.unlink(missing_ok=True)
+    dom, log = render(page, tmp_path / "profile", shot)
+
+    console = [line for line in log.splitlines() if "CONSOLE" in line]
+    assert not [line for line in console if "Uncaught" in line or "Error" in line], console
+    assert "Uncaught" not in log
+
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)  # plotly.js mentions its own class names
+    assert body.count("js-plotly-plot") == n_figures  # plotly drew every figure
+    assert body.count('class="main-svg"') >= n_figures
+    assert 'class="errorbar"' in body  # CI bars on the Pareto front
+    assert 'class="hm"' in body  # the significance heatmap
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", body)
+    for label in ("1,1,1,1", "2,1,1,1", "2,2,1,1", "3,2,2,1"):  # Pareto-optimal maps are labelled
+        assert label in texts, texts[:40]
+    assert "budget 900,000" in texts and "baseline" in texts and "top group" in texts
+    assert shot.is_file() and shot.stat().st_size > 50_000  # a page with content, not a blank sheet
