@@ -618,8 +618,45 @@ def attach_figure(info: dict, study_dir: Path, fig) -> bool:
     return True
 
 
+def parse_planned(specs, candidates) -> list[tuple[str, str]]:
+    """``A:B`` strings (maps or MAP|PE names; ``all:B`` = every other candidate vs B) as
+    pairs of candidate names."""
+    pairs = []
+    for spec in specs or []:
+        a, sep, b = str(spec).replace(" ", "").partition(":")
+        if not sep or not a or not b:
+            raise ReportError(f"--planned takes A:B (e.g. 4,2,1,1:2,2,2,2 or all:1,1,1,1), got {spec!r}")
+        b = _resolve_name(b, candidates)
+        left = [c for c in sorted(map(str, candidates)) if c != b] if a == "all" else [_resolve_name(a, candidates)]
+        pairs += [(x, b) for x in left if (x, b) not in pairs]
+    return pairs
+
+
+def _resolve_name(name: str, candidates) -> str:
+    try:
+        return resolve_reference(name, candidates)
+    except ReportError as exc:
+        raise ReportError(str(exc).replace("--reference", "--planned")) from None
+
+
+def planned_table(planned: pd.DataFrame, method: str, correction: str, alpha: float) -> str:
+    """The planned comparisons as a table and one sentence each."""
+    head = ["candidate", "vs", "seeds", "Δ val ppl (95 % CI)", f"p ({method})", "p (signflip)",
+            f"p corrected ({correction}, {len(planned)} planned)", f"significant at α = {alpha:g}"]
+    rows = []
+    for r in planned.itertuples(index=False):
+        better = "better" if r.mean_diff < 0 else "worse"
+        verdict = f"yes: {better}" if r.significant else "no"
+        cells = [f"<code>{html.escape(r.candidate)}</code>", f"<code>{html.escape(r.against)}</code>",
+                 str(r.n_pairs), f"{r.mean_diff:+.3g} ({r.diff_ci_low:+.3g} to {r.diff_ci_high:+.3g})",
+                 fmt_p(r.p_value), fmt_p(r.p_signflip), fmt_p(r.p_adjusted), verdict]
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
+            + "\n".join(rows) + "</tbody></table>")
+
+
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
-                 reference: str | None = None, attach: bool = True) -> Path:
+                 reference: str | None = None, attach: bool = True, planned=None) -> Path:
     """Write ``summary.csv`` and ``report.html`` into ``study_dir`` (and attach the Pareto
     figure to the Optuna study); returns the path of ``report.html``. Raises
     :class:`ReportError` on unusable input or settings."""
@@ -644,6 +681,12 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         if ok["candidate"].nunique() > 1 else None
     summary = build_summary(runs, ok, res, second, second_name)
     summary.to_csv(study_dir / "summary.csv", index=False)
+    # planned comparisons: given here, or pre-registered with the search (study.json)
+    pairs = parse_planned(planned if planned is not None else info.get("planned"), ok["candidate"].unique())
+    planned_df = stats.planned_comparisons(ok, pairs, METRIC, method=method, correction=correction, alpha=alpha) \
+        if pairs else None
+    if planned_df is not None:
+        planned_df.to_csv(study_dir / "planned.csv", index=False)
 
     name = info.get("study") or study_dir.name
     result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"])
@@ -667,8 +710,13 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
                         "Validation loss during training, mean over seeds; the top group and the baseline are "
                         "drawn solid with a ± 1 sd band, the rest dotted. Click a legend entry to hide or show it."))
-    page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),
-                       protocol, failures_table(runs))
+    table = ranking_table(summary, second_name)
+    if planned_df is not None:
+        table += (f"<h2>Planned comparisons</h2><p class=caption>Hypotheses named before the results "
+                  f"(--planned), each a paired test, corrected over these {len(planned_df)} only; "
+                  f"Δ is the first minus the second (negative: the first has lower perplexity).</p>"
+                  + planned_table(planned_df, method, correction, alpha))
+    page = render_page(f"Reuse-map search: {name}", result, figures, table, protocol, failures_table(runs))
     out = study_dir / "report.html"
     out.write_text(page, encoding="utf-8")
     if attach:
@@ -697,10 +745,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--correction", choices=CORRECTIONS, default="holm", help="over all candidate pairs (default holm)")
     p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
     p.add_argument("--no-attach", action="store_true", help="do not attach the figure to the Optuna study")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A:B",
+                   help="pre-specified comparisons, e.g. 4,2,1,1:2,2,2,2 all:1,1,1,1, corrected over these only "
+                        "(default: those given to searchmaps.run --planned)")
     args = p.parse_args(argv)
     try:
         path = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
-                            reference=args.reference, attach=not args.no_attach)
+                            reference=args.reference, attach=not args.no_attach, planned=args.planned)
     except ReportError as exc:
         print(f"{p.prog}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

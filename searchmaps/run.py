@@ -67,6 +67,9 @@ def build_parser() -> Parser:
     o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
     o.add_argument("--cpus-per-trial", type=number, default=1.0)
     o.add_argument("--gpus-per-trial", type=number, default=0.0, help="a fraction lets several proxies share one GPU")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A:B",
+                   help="pre-register comparisons for the report, e.g. 4,2,1,1:2,2,2,2 all:1,1,1,1 "
+                        "(stored in study.json; corrected over these only)")
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
@@ -153,7 +156,6 @@ def check_results_dir(path: Path) -> None:
 def start_ray(args: argparse.Namespace, cpus: float):
     """Join a cluster (--ray-address) or start a small local instance."""
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(1, args.workers)))
     import ray
@@ -228,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus_per_trial=args.gpus_per_trial, data=corpus.name, vocab_size=corpus.vocab_size,
             data_fingerprint=corpus.fingerprint, threads=args.threads, device=device,
             search_seed=args.search_seed, progress=not args.quiet, racing=args.racing,
-            race_start_seeds=args.race_start_seeds, alpha=args.alpha)
+            race_start_seeds=args.race_start_seeds, alpha=args.alpha, planned=tuple(args.planned or ()))
         _check_horizon(settings)
         ray = start_ray(args, args.workers * args.cpus_per_trial)
     except (ConfigError, DataError, SpaceError) as exc:

@@ -84,6 +84,7 @@ class SearchSettings:
     racing: bool = False  # grid/random only: drop candidates significantly worse than the best
     race_start_seeds: int = 3
     alpha: float = 0.05
+    planned: tuple[str, ...] = ()  # pre-registered comparisons "A:B" for the report
 
     @property
     def study_dir(self) -> Path:
@@ -125,9 +126,11 @@ def target_candidates(s: SearchSettings) -> list[Candidate] | None:
         cands = [Candidate(m, pe) for pe in s.pes for m in maps]
         return cands[: s.trials] if s.trials else cands
     if s.sampler == "random":
+        # the same sampled maps under every PE, so PEs are compared on equal maps
         n = s.trials or GRID_AUTO_LIMIT
         rng = np.random.default_rng(s.search_seed)
-        return [Candidate(m, pe) for pe in s.pes for m in sample_feasible(s.space, s.budget_flops, n, rng)][:n]
+        maps = sample_feasible(s.space, s.budget_flops, math.ceil(n / len(s.pes)), rng)
+        return [Candidate(m, pe) for m in maps for pe in s.pes][:n]
     return None
 
 
@@ -236,6 +239,9 @@ def open_study(s: SearchSettings) -> optuna.Study:
             f"use another --study name or the original flags"
         )
     info = {"study": s.study, "storage": s.storage_url, "sampler": s.sampler, **protocol}
+    path = s.study_dir / "study.json"
+    registered = json.loads(path.read_text()).get("planned", []) if path.exists() else []
+    info["planned"] = list(s.planned) or registered  # the first registration stands unless replaced
     (s.study_dir / "study.json").write_text(json.dumps(info, indent=2) + "\n")
     return study
 
@@ -583,7 +589,7 @@ def run_search(s: SearchSettings) -> SearchOutcome:
         tuner = tune.Tuner(
             tune.with_resources(run_training, resources),
             tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1, max_concurrent_trials=slots,
-                                        reuse_actors=True),
+                                        reuse_actors=True, trial_dirname_creator=_trial_dirname),
             run_config=tune.RunConfig(name="tune", storage_path=str((s.study_dir / "ray").resolve()),
                                       verbose=0, log_to_file=True,
                                       failure_config=tune.FailureConfig(max_failures=0)),
@@ -593,6 +599,12 @@ def run_search(s: SearchSettings) -> SearchOutcome:
         stop.set()
         bar.close()
     return SearchOutcome(study, stats["n"], time.perf_counter() - start, stats["train_s"], recovered)
+
+
+def _trial_dirname(trial) -> str:
+    """Short Tune folder names: candidate and seed, not the whole flattened spec."""
+    cand = str(trial.config.get("candidate", "trial")).replace("|", "-").replace(",", "_").replace(":", "")
+    return f"{cand}-seed{trial.config.get('seed')}-{trial.trial_id}"
 
 
 def _expected_trainings(s: SearchSettings, study: optuna.Study, log: RunLog) -> int:

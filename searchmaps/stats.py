@@ -428,3 +428,33 @@ def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
         "pairwise": _pairwise(mat, pairs),
         "mde": detectable_difference(df, metric, alpha),
     }
+
+
+def planned_comparisons(df: pd.DataFrame, pairs, metric: str = "val_ppl", method: str = "ttest",
+                        correction: str | None = "holm", alpha: float = 0.05, confidence: float = 0.95,
+                        random_state=0) -> pd.DataFrame:
+    """Pre-specified hypotheses ``[(a, b), ...]`` (candidate names), each a paired test
+    of a vs b, corrected over THIS family only. Named before the results are seen, a few
+    planned questions ("does 4,2,1,1 beat 2,2,2,2?") keep their power, where the same pair
+    inside the all-pairs family of :func:`compare` pays for every other pair.
+
+    Returns one row per pair: candidate, against, n_pairs, mean_diff (a - b), diff_ci_low,
+    diff_ci_high, p_value (``method``), p_signflip (exact, second opinion), p_adjusted,
+    significant (p_adjusted <= alpha)."""
+    mat = to_matrix(df, metric)
+    rows = []
+    for a, b in pairs:
+        missing = [c for c in (a, b) if c not in mat.columns]
+        if missing:
+            raise ValueError(f"planned comparison {a} vs {b}: no result rows for {', '.join(missing)}")
+        r = paired_test(mat[a].to_numpy(), mat[b].to_numpy(), method=method, confidence=confidence,
+                        random_state=random_state)
+        flip = paired_test(mat[a].to_numpy(), mat[b].to_numpy(), method="signflip", random_state=random_state)
+        rows.append({"candidate": a, "against": b, "n_pairs": r["n"], "mean_diff": r["mean_diff"],
+                     "diff_ci_low": r["diff_ci_low"], "diff_ci_high": r["diff_ci_high"],
+                     "p_value": r["p_value"], "p_signflip": flip["p_value"]})
+    out = pd.DataFrame(rows, columns=["candidate", "against", "n_pairs", "mean_diff", "diff_ci_low",
+                                      "diff_ci_high", "p_value", "p_signflip"])
+    out["p_adjusted"] = adjust_pvalues(out["p_value"].to_numpy(), correction) if len(out) else []
+    out["significant"] = out["p_adjusted"] <= alpha
+    return out

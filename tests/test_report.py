@@ -329,3 +329,24 @@ def test_realistic_study_finds_the_planted_winners(tmp_path):
     assert "<code>4,4,1,1|rope</code> failed on all 5 seeds" in page
     with open(folder / "summary.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == 9
+
+
+def test_planned_comparisons_from_the_cli_and_from_study_json(tmp_path):
+    folder = make_study(tmp_path / "plan", realistic_results())
+    assert report.main([str(folder), "--planned", "4,2,1,1:2,2,2,2", "all:1,1,1,1", "--no-attach"]) == 0
+    planned = pd.read_csv(folder / "planned.csv")
+    assert len(planned) == 1 + 7  # one named pair + every other successful candidate vs the baseline
+    assert set(planned["against"]) == {"2,2,2,2|rope", "1,1,1,1|rope"}
+    html_text = (folder / "report.html").read_text()
+    assert "Planned comparisons" in html_text and "corrected over these 8 only" in html_text
+    # deeper maps are ~1 ppl better than the baseline with tiny noise: found even after correction
+    vs_base = planned[planned["against"] == "1,1,1,1|rope"].set_index("candidate")
+    assert vs_base.loc["4,2,1,1|rope", "significant"] and vs_base.loc["4,2,1,1|rope", "mean_diff"] < 0
+
+    # registered with the search (study.json) -> used without the flag
+    info = json.loads((folder / "study.json").read_text())
+    info["planned"] = ["3,2,2,1:2,2,2,2"]
+    (folder / "study.json").write_text(json.dumps(info))
+    assert report.main([str(folder), "--no-attach"]) == 0
+    assert len(pd.read_csv(folder / "planned.csv")) == 1
+    assert report.main([str(folder), "--planned", "9,9,9,9:1,1,1,1", "--no-attach"]) == 2

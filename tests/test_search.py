@@ -231,3 +231,17 @@ def test_racing_needs_a_fixed_candidate_list(space_file, tmp_path):
     out = run_cli("--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path),
                   "--racing", "--sampler", "tpe")
     assert out.returncode == 2 and "--racing" in out.stderr
+
+
+def test_random_sampler_pairs_every_map_with_every_pe(space_file, tmp_path):
+    from searchmaps.search import SearchSettings, target_candidates
+    from searchmaps.spaces import load_space
+
+    space = load_space(str(space_file))
+    s = SearchSettings(space=space, budget_flops=1e12, pes=("rope", "alibi"), seeds=1, sampler="random",
+                       trials=6, study="x", results_dir=tmp_path)
+    cands = target_candidates(s)
+    assert len(cands) == 6 and len({c.key for c in cands}) == 6
+    maps = {str(c.reuse) for c in cands}
+    assert len(maps) == 3 and all({c.pe for c in cands if str(c.reuse) == m} == {"rope", "alibi"} for m in maps)
+    assert target_candidates(s) == cands  # the search seed fixes the sample

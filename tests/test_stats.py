@@ -318,3 +318,23 @@ def test_min_detectable_effect_predicts_simulated_power():
     assert mde == pytest.approx(3.04, abs=0.01)
     power = flagged(np.random.default_rng(23), 300, 8, mde, "ttest", against="reference")
     assert 0.8 - 3 * se(0.8, 300) <= power <= 0.95
+
+
+def test_planned_comparisons_are_corrected_over_their_own_family():
+    import scipy.stats
+
+    from searchmaps.stats import planned_comparisons
+
+    base = np.array([10.0, 12.0, 11.0, 13.0, 9.0])
+    rows = [{"candidate": c, "seed": s, "val_ppl": v}
+            for c, vals in {"A": base + [1, 2, 3, 4, 5], "B": base, "C": base + [0.5, -0.5, 0.2, -0.2, 0.1]}.items()
+            for s, v in enumerate(vals)]
+    out = planned_comparisons(pd.DataFrame(rows), [("A", "B"), ("C", "B")], method="ttest")
+    p_ab = scipy.stats.ttest_rel([1, 2, 3, 4, 5], [0] * 5).pvalue  # 0.0132
+    assert out.loc[0, "mean_diff"] == pytest.approx(3.0)
+    assert out.loc[0, "p_value"] == pytest.approx(p_ab)
+    assert out.loc[0, "p_signflip"] == pytest.approx(2 / 32)
+    assert out.loc[0, "p_adjusted"] == pytest.approx(2 * p_ab)  # Holm over the 2 planned pairs
+    assert bool(out.loc[0, "significant"]) and not bool(out.loc[1, "significant"])
+    with pytest.raises(ValueError, match="D"):
+        planned_comparisons(pd.DataFrame(rows), [("A", "D")])
