@@ -1,5 +1,6 @@
-"""Command-line pieces shared by ``searchmaps.train`` and ``searchmaps.run``: flag
-definitions, number parsing, and the one-line error that exits 2."""
+"""Command-line pieces shared by ``searchmaps.train``, ``searchmaps.run`` and
+``searchmaps.report``: flag definitions, number parsing, and the one-line error that
+exits 2. Importing it does not import torch."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import argparse
 import os
 import shutil
 import sys
-
-import torch
 
 from .config import POSITIONAL_ENCODINGS, RESIDUALS, ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
 
@@ -50,6 +49,8 @@ def resolve_precision(precision: str, device: str) -> str:
     """``auto`` -> bf16 autocast where the hardware has bf16 matmuls, else fp32."""
     if precision != "auto":
         return precision
+    import torch  # here, not at the top: the report's CLI shares this module and never needs torch
+
     if device.startswith("cuda"):
         return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
     try:

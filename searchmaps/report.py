@@ -18,7 +18,6 @@ alone Holm's alpha / m over all pairs.
 
 from __future__ import annotations
 
-import argparse
 import html
 import json
 import math
@@ -30,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from . import stats
+from .cli import Parser
 
 METRIC = "val_ppl"
 EXIT_USAGE = 2
@@ -727,17 +727,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
 # --------------------------------------------------------------------------- command line
 
 
-class _Parser(argparse.ArgumentParser):
-    """One-line usage errors with exit 2, like :class:`searchmaps.cli.Parser` (not
-    imported: that module loads torch, which the report never needs)."""
-
-    def error(self, message: str):  # noqa: D401 - argparse API
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE)
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="searchmaps.report", description="Write summary.csv and report.html for a study folder.")
+    p = Parser(prog="searchmaps.report", description="Write summary.csv and report.html for a study folder.")
     p.add_argument("study_dir", help="results/<study>, as written by searchmaps.run")
     p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
     p.add_argument("--test", choices=stats.METHODS, default="ttest",
