@@ -20,7 +20,6 @@ Numbers are ratios within this run; the machine is noisy, compare nothing across
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 import time
 

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 
-from .config import POSITIONAL_ENCODINGS, RESIDUALS, ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
+from .config import POSITIONAL_ENCODINGS, RESIDUALS, ModelConfig, ReuseMap, TrainConfig, TrialSpec
 
 EXIT_USAGE = 2
 
@@ -130,11 +130,12 @@ def model_overrides(args: argparse.Namespace) -> dict:
 
 
 def train_overrides(args: argparse.Namespace) -> dict:
-    """TrainConfig fields the user set on the command line (a horizon replaces the other)."""
+    """TrainConfig fields the user set on the command line (a horizon replaces the other);
+    flags a command does not define count as unset."""
     out = {}
-    if args.tokens is not None:
+    if getattr(args, "tokens", None) is not None:
         out.update(tokens=args.tokens, train_flops=None)
-    if args.train_flops is not None:
+    if getattr(args, "train_flops", None) is not None:
         out.update(tokens=None, train_flops=args.train_flops)
     for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens"):
         if getattr(args, a, None) is not None:
@@ -142,22 +143,16 @@ def train_overrides(args: argparse.Namespace) -> dict:
     return out
 
 
-def device_of(args: argparse.Namespace) -> str:
-    from .train import resolve_device
-
-    return resolve_device(args.device)
-
-
 def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None) -> TrialSpec:
     """The trial spec of ``searchmaps.train``'s flags; raises ConfigError."""
     n_layers = args.layers if args.layers is not None else ModelConfig.n_layers
     reuse = ReuseMap.parse(args.map, n_layers)
     model = ModelConfig(pe=args.pe, reuse=reuse, vocab_size=vocab_size, **model_overrides(args))
-    device = device_of(args)
+    from .train import resolve_device  # train imports torch; keep this module light
+
+    device = resolve_device(args.device)
     train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
                             compile=resolve_compile(args.compile, device), **train_overrides(args))
     return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
                      threads=args.threads, device=device)
 
-
-__all__ = ["ConfigError", "Parser", "fail", "spec_from_args", "build_train_parser"]

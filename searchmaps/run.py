@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from .cli import (Parser, add_model_args, add_runtime_args, count, fail, model_overrides, number,
-                  resolve_compile, resolve_precision)
+                  resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, ConfigError
 from .data import DataError, load_corpus
 from .spaces import Space, SpaceError, builtin_spaces, cheapest, count_feasible, feasible_maps, load_space
@@ -85,14 +85,7 @@ def resolve(args: argparse.Namespace):
         raise ConfigError(f"--layers {args.layers} differs from space {space.name} ({space.model.n_layers} layers); "
                           f"write a space file for another depth")
     device = resolve_device(args.device)
-    train = {}
-    if args.tokens is not None:
-        train.update(tokens=args.tokens, train_flops=None)
-    if args.train_flops is not None:
-        train.update(tokens=None, train_flops=args.train_flops)
-    for a in ("batch_size", "lr", "eval_tokens"):
-        if getattr(args, a) is not None:
-            train[a] = getattr(args, a)
+    train = train_overrides(args)
     train["precision"] = resolve_precision(args.precision, device)
     train["compile"] = resolve_compile(args.compile, device)
     model = {k: v for k, v in model_overrides(args).items() if k != "n_layers"}

@@ -8,7 +8,6 @@ import csv
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from searchmaps import flops
-from searchmaps.config import ConfigError, TrainConfig
+from searchmaps.config import ConfigError
 from searchmaps.train import lr_at, plan_steps, train
 from tests.conftest import tiny_spec
 
