@@ -125,7 +125,7 @@ def main() -> None:
         results = {"plain fp32": plain_loop(cfg, corpus, steps, batch, threads)}
         for precision in ("fp32", "bf16"):
             rec = trainer_run(cfg, corpus, tokens, precision, threads, eval_tokens=cfg.seq_len * batch)
-            results[f"trainer {precision}"] = rec["tokens_per_s"]
+            results[f"trainer {precision}"] = rec.tokens_per_s
         for mode, tps in results.items():
             gflops = tps * per_token / 1e9
             print(f"{m:<9} {mode:<13} {tps:>9.0f} {gflops:>8.1f} {gflops / peak:>8.1%} "
@@ -137,7 +137,7 @@ def main() -> None:
     losses = {}
     for precision in ("fp32", "bf16"):
         rec = trainer_run(cfg, corpus, check, precision, threads, eval_tokens=32_768)
-        losses[precision] = rec["val_loss"]
+        losses[precision] = rec.val_loss
     rel = (losses["bf16"] - losses["fp32"]) / losses["fp32"]
     print(f"validation loss after {check:.0e} tokens, map 1,1,1,1, seed 0: "
           f"fp32 {losses['fp32']:.4f}  bf16 {losses['bf16']:.4f}  difference {rel:+.2%}")

@@ -2,9 +2,11 @@
 and say with statistics across seeds whether the winner really wins.
 
 Stages, each callable on its own: :mod:`~searchmaps.config` (records) ->
-:mod:`~searchmaps.train` (one proxy training -> one record) -> :mod:`~searchmaps.search`
-(Optuna + Ray Tune over a :mod:`~searchmaps.spaces` space) -> :mod:`~searchmaps.stats` ->
-:mod:`~searchmaps.report`.
+:mod:`~searchmaps.train` (one proxy training -> one :class:`~searchmaps.results.RunRecord`)
+-> :mod:`~searchmaps.scheduler` / :mod:`~searchmaps.driver` / :mod:`~searchmaps.executor`
+(a search over a :mod:`~searchmaps.spaces` space: Optuna keeps the study, Ray Tune trains)
+-> :mod:`~searchmaps.stats` -> :mod:`~searchmaps.report`. The README's architecture
+section maps every module.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -1,6 +1,6 @@
 """Command-line pieces shared by ``searchmaps.train``, ``searchmaps.run`` and
-``searchmaps.report``: flag definitions, number parsing, and the one-line error that
-exits 2. Importing it does not import torch."""
+``searchmaps.report``: flag definitions, number parsing, device choice, and the one-line
+error that exits 2. Importing it does not import torch (the report's CLI never needs it)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import os
 import shutil
 import sys
 
-from .config import POSITIONAL_ENCODINGS, RESIDUALS, ModelConfig, ReuseMap, TrainConfig, TrialSpec
+from .config import (COOLDOWN_SHAPES, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES, ModelConfig, ReuseMap,
+                     TrainConfig, TrialSpec)
 
 EXIT_USAGE = 2
 
@@ -68,7 +69,7 @@ def resolve_compile(choice: str, device: str) -> bool:
     return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++") if c)
 
 
-def add_model_args(p: argparse.ArgumentParser, defaults: ModelConfig | None = None) -> None:
+def add_model_args(p: argparse.ArgumentParser) -> None:
     """Model-size flags; ``None`` defaults mean "keep the space's / the config's value"."""
     g = p.add_argument_group("model")
     g.add_argument("--layers", type=int, default=None, help="number of distinct layers (default 4)")
@@ -91,6 +92,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 16)")
     g.add_argument("--lr", type=number, default=None, help="peak learning rate (default 3e-3)")
     g.add_argument("--warmup-frac", type=number, default=None, help="share of steps in linear warm-up (default 0.1)")
+    add_schedule_args(g)
     g.add_argument("--weight-decay", type=number, default=None, help="AdamW weight decay (default 0.01)")
     g.add_argument("--eval-every", type=int, default=None, help="steps between validation points (default: 5 per run)")
     g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation (default 32768)")
@@ -98,6 +100,18 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                    help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
+
+
+def add_schedule_args(g) -> None:
+    """The learning-rate schedule flags, shared by searchmaps.train and searchmaps.run."""
+    g.add_argument("--schedule", choices=SCHEDULES, default=None,
+                   help="cosine (warm-up, cosine decay to 0) or wsd (warm-up, constant, cooldown); default cosine")
+    g.add_argument("--cooldown-frac", type=number, default=None,
+                   help="wsd: share of the horizon's steps in the cooldown (default 0.2)")
+    g.add_argument("--cooldown-shape", choices=COOLDOWN_SHAPES, default=None,
+                   help="wsd: cooldown 1-sqrt (default; Hagele et al. 2024) or linear")
+    g.add_argument("--warmup-steps", type=count, default=None,
+                   help="steps of warm-up, instead of --warmup-frac (a ladder's rungs record theirs here)")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -137,7 +151,8 @@ def train_overrides(args: argparse.Namespace) -> dict:
         out.update(tokens=args.tokens, train_flops=None)
     if getattr(args, "train_flops", None) is not None:
         out.update(tokens=None, train_flops=args.train_flops)
-    for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens"):
+    for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens", "schedule",
+              "cooldown_frac", "cooldown_shape", "warmup_steps"):
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
     return out

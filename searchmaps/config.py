@@ -18,10 +18,14 @@ from typing import Literal, get_args
 PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]
 Residual = Literal["prenorm", "deeploop"]
 Precision = Literal["fp32", "bf16"]
+Schedule = Literal["cosine", "wsd"]
+CooldownShape = Literal["1-sqrt", "linear"]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
 RESIDUALS: tuple[str, ...] = get_args(Residual)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
 
 
 class ConfigError(ValueError):
@@ -99,6 +103,82 @@ class ReuseMap:
         if self.is_block:
             return f"block:{self.block}"
         return ",".join(str(r) for r in self.repeats)
+
+
+# --------------------------------------------------------------------------- candidate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """What differs between the candidates of one search: the reuse map and the
+    positional encoding. ``label`` (``4,2,1,1|rope``) names it in tables, figures and
+    the statistics; code reads the fields, never the label."""
+
+    reuse: ReuseMap
+    pe: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.reuse}|{self.pe}"
+
+    def __str__(self) -> str:
+        return self.label
+
+
+def resolve_candidate(name: str, candidates, flag: str = "--reference") -> Candidate:
+    """The candidate a user names: its full label ``MAP|PE``, or just its map when only one
+    PE has it. Raises ConfigError naming ``flag``."""
+    cands = sorted(set(candidates), key=lambda c: c.label)
+    text = str(name).replace(" ", "").strip("[]()")
+    for c in cands:
+        if c.label == text:
+            return c
+    hits = [c for c in cands if str(c.reuse) == text]
+    if len(hits) == 1:
+        return hits[0]
+    labels = ", ".join(c.label for c in (hits or cands))
+    if hits:
+        raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE")
+    raise ConfigError(f"{flag} {name} is not among the candidates ({labels}); name one of those")
+
+
+PLANNED_SEPARATOR = "/"  # no map or candidate label contains it
+
+
+def parse_planned(specs, candidates) -> list[tuple[Candidate, Candidate]]:
+    """Pre-specified comparisons ``A/B`` as pairs of candidates; ``all/B`` compares every
+    other candidate with B. The older form ``A:B`` is read where only one split at a colon
+    names two candidates (``block:2:1,1,1,1`` is ``block:2`` vs ``1,1,1,1``); where two
+    would, write ``A/B``. Raises ConfigError naming ``--planned``."""
+    cands = sorted(set(candidates), key=lambda c: c.label)
+    pairs: list[tuple[Candidate, Candidate]] = []
+    for spec in specs or ():
+        text = str(spec).replace(" ", "")
+        if PLANNED_SEPARATOR in text:
+            splits = [tuple(text.split(PLANNED_SEPARATOR, 1))]
+        else:
+            splits = [(text[:i], text[i + 1:]) for i, ch in enumerate(text) if ch == ":"]
+        found, errors = {}, []
+        for a, b in splits:
+            if not a or not b:
+                continue
+            try:
+                right = resolve_candidate(b, cands, "--planned")
+                left = [c for c in cands if c != right] if a == "all" else [resolve_candidate(a, cands, "--planned")]
+            except ConfigError as exc:
+                errors.append(str(exc))
+                continue
+            found[(a, b)] = [(x, right) for x in left]
+        if not found:
+            if len(splits) == 1 and errors:
+                raise ConfigError(errors[0])
+            raise ConfigError(f"--planned takes A/B (e.g. 4,2,1,1/2,2,2,2 or all/1,1,1,1) naming candidates of "
+                              f"this study, got {spec!r}" + (f" ({errors[0]})" if errors else ""))
+        if len(found) > 1:
+            ways = " or ".join(f"{a}/{b}" for a, b in found)
+            raise ConfigError(f"--planned {spec} can be read as {ways}; write it with / between the two")
+        pairs += [p for p in next(iter(found.values())) if p not in pairs]
+    return pairs
 
 
 # --------------------------------------------------------------------------- model
@@ -189,6 +269,10 @@ class TrainConfig:
     eval_tokens: int = 32_768  # held-out tokens per validation (fixed windows)
     precision: Precision = "bf16"
     compile: bool = True  # torch.compile each decoder layer (one compile serves every map)
+    schedule: Schedule = "cosine"  # cosine: warm-up, cosine decay; wsd: warm-up, constant, cooldown
+    cooldown_frac: float = 0.2  # wsd: share of the horizon's steps in the cooldown
+    cooldown_shape: CooldownShape = "1-sqrt"  # wsd: 1 - sqrt(progress) (Hagele et al. 2024) or linear
+    warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.train_flops is None):
@@ -217,6 +301,19 @@ class TrainConfig:
         _positive("--eval-tokens", self.eval_tokens)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.schedule not in SCHEDULES:
+            raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        if self.cooldown_shape not in COOLDOWN_SHAPES:
+            raise ConfigError(f"--cooldown-shape must be one of {', '.join(COOLDOWN_SHAPES)}, "
+                              f"got {self.cooldown_shape!r}")
+        if not _finite(self.cooldown_frac) or not 0 < self.cooldown_frac <= 1:
+            raise ConfigError(f"--cooldown-frac must be in (0, 1], got {self.cooldown_frac!r}")
+        if self.schedule == "wsd" and self.warmup_steps is None and self.warmup_frac + self.cooldown_frac > 1:
+            raise ConfigError(f"--warmup-frac {self.warmup_frac:g} + --cooldown-frac {self.cooldown_frac:g} exceed 1: "
+                              f"the cooldown would start inside the warm-up")
+        if self.warmup_steps is not None and (isinstance(self.warmup_steps, bool)
+                                              or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0):
+            raise ConfigError(f"--warmup-steps must be a whole number >= 0, got {self.warmup_steps!r}")
 
 
 # --------------------------------------------------------------------------- trial
@@ -270,10 +367,18 @@ class TrialSpec:
 
     def config_hash(self) -> str:
         """12 hex digits identifying the configuration across seeds: every field that
-        changes the numbers except the seed (so all seeds of a candidate share it)."""
+        changes the numbers except the seed (so all seeds of a candidate share it). The
+        schedule fields enter only where they change the numbers (a cosine schedule
+        ignores the cooldown; no fixed warm-up), so configurations from before they existed
+        keep their hash."""
         d = self.to_dict()
         for k in ("seed", "threads", "device"):
             d.pop(k)
+        if d["train.schedule"] == "cosine":
+            for k in ("train.schedule", "train.cooldown_frac", "train.cooldown_shape"):
+                d.pop(k)
+        if d["train.warmup_steps"] is None:
+            d.pop("train.warmup_steps")
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
 

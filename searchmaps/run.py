@@ -1,28 +1,40 @@
-"""The search command: parse, validate, search, report.
+"""The search command: parse, build, run, close.
 
     python -m searchmaps.run --space ilr4 --budget-flops 1.2e7 --seeds 3
 
-Every bad flag, space file, data path or budget ends with one line naming what to
-change and exit code 2. Running the same command again resumes the study.
+Every bad flag, space file, data path, storage or budget ends with one line naming what
+to change and exit code 2, before Ray starts. Running the same command again resumes the
+study; several commands (on one machine or many) may share one study and split its work.
+Ctrl-C exits 130 and SIGTERM 143, with the unfinished work given back for the next run.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import logging
 import math
-import os
+import signal
 import sys
+import time
 from pathlib import Path
 
-from .cli import (Parser, add_model_args, add_runtime_args, count, fail, model_overrides, number,
+from . import faults
+from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, count, fail, model_overrides, number,
                   resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, ConfigError
 from .data import DataError, load_corpus
-from .spaces import Space, SpaceError, builtin_spaces, cheapest, count_feasible, feasible_maps, load_space
+from .plan import SAMPLERS, SearchPlan
+from .spaces import builtin_spaces, feasible_maps, load_space
 
-EXIT_INTERRUPTED = 130
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM; a BaseException, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
 
 
 def build_parser() -> Parser:
@@ -35,7 +47,7 @@ def build_parser() -> Parser:
     p.add_argument("--pe", default=None,
                    help=f"positional encoding(s), comma-separated: {', '.join(POSITIONAL_ENCODINGS)} (default: the space's)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per candidate (default: the space's)")
-    p.add_argument("--sampler", choices=("auto", "grid", "random", "tpe", "nsga2"), default="auto",
+    p.add_argument("--sampler", choices=SAMPLERS, default="auto",
                    help="auto: grid when at most 32 candidates fit the budget, else uniform random over the feasible maps")
     p.add_argument("--trials", type=int, default=None,
                    help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
@@ -53,6 +65,7 @@ def build_parser() -> Parser:
     g = p.add_argument_group("proxy overrides (default: the space's)")
     g.add_argument("--batch-size", type=int, default=None)
     g.add_argument("--lr", type=number, default=None)
+    add_schedule_args(g)
     g.add_argument("--eval-tokens", type=count, default=None)
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
@@ -67,17 +80,17 @@ def build_parser() -> Parser:
     o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
     o.add_argument("--cpus-per-trial", type=number, default=1.0)
     o.add_argument("--gpus-per-trial", type=number, default=0.0, help="a fraction lets several proxies share one GPU")
-    p.add_argument("--planned", nargs="+", default=None, metavar="A:B",
-                   help="pre-register comparisons for the report, e.g. 4,2,1,1:2,2,2,2 all:1,1,1,1 "
-                        "(stored in study.json; corrected over these only)")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
+                   help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
+                        "(checked before anything trains, stored in study.json; corrected over these only)")
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
     return p
 
 
-def resolve(args: argparse.Namespace):
-    """Flags -> (space with overrides, SearchSettings-ready pieces); raises ConfigError."""
+def build_plan(args: argparse.Namespace) -> SearchPlan:
+    """Flags -> a checked :class:`SearchPlan` (the corpus is loaded for its fingerprint)."""
     from .train import resolve_device
 
     space = load_space(args.space)
@@ -90,48 +103,37 @@ def resolve(args: argparse.Namespace):
     train["compile"] = resolve_compile(args.compile, device)
     model = {k: v for k, v in model_overrides(args).items() if k != "n_layers"}
     space = space.with_overrides(model=model, train=train)
+    pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
+    common = dict(space=space, budget_flops=args.budget_flops, pes=pes, seeds=args.seeds, study="-",
+                  results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
+                  storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
+                  gpus_per_trial=args.gpus_per_trial, threads=args.threads, device=device,
+                  search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
+                  alpha=args.alpha, planned=tuple(args.planned or ()))
+    plan = SearchPlan(**common)  # checks every setting before the data is read
+    if args.dry_run:
+        return dataclasses.replace(plan, study=args.study or default_study_name(plan))
+    corpus = load_corpus(args.data, vocab_size=args.vocab_size)
+    from .data import check_fits
 
-    pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else space.pe
-    for pe in pes:
-        if pe not in POSITIONAL_ENCODINGS:
-            raise ConfigError(f"--pe must list {', '.join(POSITIONAL_ENCODINGS)}, got {pe!r}")
-        if pe == "learned" and space.model.seq_len > space.model.max_positions:
-            raise ConfigError(f"--seq-len {space.model.seq_len} exceeds the learned position table (--max-positions)")
-    seeds = args.seeds if args.seeds is not None else space.seeds
-    if seeds < 1:
-        raise ConfigError(f"--seeds must be at least 1, got {seeds}")
-    if args.trials is not None and args.trials < 1:
-        raise ConfigError(f"--trials must be at least 1, got {args.trials}")
-    if args.workers < 1:
-        raise ConfigError(f"--workers must be at least 1, got {args.workers}")
-    if args.cpus_per_trial <= 0 or args.gpus_per_trial < 0:
-        raise ConfigError("--cpus-per-trial must be > 0 and --gpus-per-trial >= 0")
-    if args.threads < 1:
-        raise ConfigError(f"--threads must be at least 1, got {args.threads}")
-    budget = args.budget_flops
-    if not math.isfinite(budget) or budget <= 0:
-        raise ConfigError(f"--budget-flops must be a positive number, got {budget}")
-    cheap_map, cheap_flops = cheapest(space)
-    if budget < cheap_flops:
-        raise ConfigError(f"--budget-flops {budget:.4g} is below the cheapest map of {space.name} "
-                          f"({cheap_map}: {cheap_flops:.4g} FLOPs/token); raise it")
-    return space, pes, seeds, device
+    check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
+    return dataclasses.replace(plan, study=args.study or default_study_name(plan), data=corpus.name,
+                               vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)
 
 
-def default_study_name(space: Space, pes, budget: float) -> str:
-    t = space.train
+def default_study_name(plan: SearchPlan) -> str:
+    t = plan.space.train
     horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
-    return f"{space.name}-{'-'.join(pes)}-b{budget:.3g}-{horizon}".replace("+", "")
+    return f"{plan.space.name}-{'-'.join(plan.pes)}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")
 
 
-def print_candidates(space: Space, pes, budget: float, out=sys.stdout) -> None:
+def print_candidates(plan: SearchPlan, out=sys.stdout) -> None:
     from . import flops
 
-    maps = feasible_maps(space, budget)
     print(f"{'map':<20} {'pe':<8} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
-    for pe in pes:
-        for m in maps:
-            cfg = dataclasses.replace(space.model, reuse=m, pe=pe)
+    for pe in plan.pes:
+        for m in feasible_maps(plan.space, plan.budget_flops):
+            cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe)
             print(f"{str(m):<20} {pe:<8} {m.applied_layers:>7} {flops.flops_per_token(cfg):>13,} "
                   f"{flops.kv_bytes_per_token(cfg):>15,}", file=out)
 
@@ -146,154 +148,189 @@ def check_results_dir(path: Path) -> None:
         raise ConfigError(f"--results-dir {path} is not writable ({exc.strerror}); choose another") from None
 
 
-def start_ray(args: argparse.Namespace, cpus: float):
-    """Join a cluster (--ray-address) or start a small local instance."""
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(1, args.workers)))
-    import ray
-
-    if ray.is_initialized():  # a notebook or test that started Ray itself
-        return ray
-    if args.ray_address and args.ray_address != "auto":
-        _check_reachable(args.ray_address)
-    try:
-        if args.ray_address:
-            ray.init(address=args.ray_address, logging_level=logging.WARNING, log_to_driver=False,
-                     runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0"}})
-        else:
-            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-            ray.init(address="local", num_cpus=math.ceil(cpus), include_dashboard=False, object_store_memory=100 * 1024**2,
-                     logging_level=logging.WARNING, log_to_driver=False)
-    except Exception as exc:  # ConnectionError, RuntimeError, ValueError from ray.init
-        what = f"--ray-address {args.ray_address}" if args.ray_address else "local Ray"
-        raise ConfigError(f"{what}: could not start or reach Ray ({str(exc).splitlines()[0][:200]})") from None
-    return ray
+def fmt_ppl(x: float) -> str:
+    """A perplexity for a terminal: 4 significant digits, never a 150-digit number."""
+    return "n/a" if x != x else "inf" if x == math.inf else f"{x:.4g}" if x >= 1e4 else f"{x:.3f}"
 
 
-def _check_reachable(address: str) -> None:
-    """Fail fast on a wrong address instead of letting Ray retry for a minute."""
-    import socket
+_received: list[int] = []  # the signal that stopped the search (Ray may turn it into its own KeyboardInterrupt)
 
-    hostport = address.split("://", 1)[-1]
-    host, _, port = hostport.rpartition(":")
-    if not port.isdigit():
-        raise ConfigError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
-    try:
-        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
-    except OSError as exc:
-        raise ConfigError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
-                          f"start the head with 'ray start --head' or fix the address") from None
+
+def _on_signal(signum, _frame):
+    _received.append(signum)
+    raise Interrupted(signum)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .search import SearchSettings, run_search
-
     parser = build_parser()
     args = parser.parse_args(argv)
+    # parse -> build: every check before anything starts
     try:
-        space, pes, seeds, device = resolve(args)
-        n_all, n_fit = space.count(), count_feasible(space, args.budget_flops)
-        headline = (f"space {space.name}: {n_all} maps, {n_fit} within {args.budget_flops:.4g} FLOPs/token"
-                    f" x {len(pes)} PE(s) = {n_fit * len(pes)} candidates")
+        plan = build_plan(args)
+        headline = (f"space {plan.space.name}: {plan.space.count()} maps, {plan.n_feasible} within "
+                    f"{plan.budget_flops:.4g} FLOPs/token x {len(plan.pes)} PE(s) = "
+                    f"{plan.n_feasible * len(plan.pes)} candidates")
         if args.dry_run:
             print(headline, file=sys.stderr)
-            print_candidates(space, pes, args.budget_flops)
+            print_candidates(plan)
             return 0
-        corpus = load_corpus(args.data, vocab_size=args.vocab_size)
-        sampler = args.sampler
-        if sampler == "auto":
-            sampler = "grid" if n_fit * len(pes) <= 32 else "random"
-        if args.racing and sampler not in ("grid", "random"):
-            raise ConfigError(f"--racing needs a fixed candidate list: use --sampler grid or random, not {sampler}")
-        if args.racing and not 2 <= args.race_start_seeds <= seeds:
-            raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), got {args.race_start_seeds}")
-        if not 0 < args.alpha < 1:
-            raise ConfigError(f"--alpha must be between 0 and 1, got {args.alpha}")
-        study = args.study or default_study_name(space, pes, args.budget_flops)
-        results_dir = Path(args.results_dir)
-        check_results_dir(results_dir / study)
-        from .data import check_fits
+        check_results_dir(plan.study_dir)
+        if args.ray_address and args.ray_address != "auto":
+            from .executor import check_reachable
 
-        check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
-        settings = SearchSettings(
-            space=space, budget_flops=args.budget_flops, pes=pes, seeds=seeds, sampler=sampler,
-            trials=args.trials, study=study, results_dir=results_dir, storage=args.storage,
-            ray_address=args.ray_address, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
-            gpus_per_trial=args.gpus_per_trial, data=corpus.name, vocab_size=corpus.vocab_size,
-            data_fingerprint=corpus.fingerprint, threads=args.threads, device=device,
-            search_seed=args.search_seed, progress=not args.quiet, racing=args.racing,
-            race_start_seeds=args.race_start_seeds, alpha=args.alpha, planned=tuple(args.planned or ()))
-        _check_horizon(settings)
-        ray = start_ray(args, args.workers * args.cpus_per_trial)
-    except (ConfigError, DataError, SpaceError) as exc:
-        return fail(parser.prog, exc)
+            check_reachable(args.ray_address)
+        from .ledger import Ledger, check_storage
+        from .study import SearchStudy
 
-    print(headline, file=sys.stderr)
-    print(f"study {study} ({sampler}, {seeds} seeds) -> {settings.study_dir}/ ; storage {settings.storage_url}",
-          file=sys.stderr)
-    try:
-        outcome = run_search(settings)
-    except ConfigError as exc:
+        engine = check_storage(plan.storage_url)
+        ledger = Ledger(engine, plan.study)
+        study = SearchStudy(plan, ledger)
+        plan.write_study_json()
+        bar = _progress_bar(plan, args.quiet)
+        from .driver import Driver
+
+        driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
+    except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
-        print(f"{parser.prog}: interrupted; run the same command again to resume", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        if not args.ray_address:
+        print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
+        return EXIT_INTERRUPTED[signal.SIGINT]
+    print(headline, file=sys.stderr)
+    print(f"study {plan.study} ({plan.sampler}, {plan.seeds} seeds) -> {plan.study_dir}/ ; storage "
+          f"{plan.storage_for_files() if not plan.default_storage else plan.storage_url}", file=sys.stderr)
+
+    # run: Ctrl-C and SIGTERM become Interrupted wherever the main thread is
+    previous = {s: signal.signal(s, _on_signal) for s in EXIT_INTERRUPTED}
+    ray, wall = None, 0.0
+    try:
+        if driver.has_work():
+            from .executor import start_ray
+
+            ray = start_ray(args.ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
+            for s in EXIT_INTERRUPTED:  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
+                signal.signal(s, _on_signal)
+            faults.point("ray-start")
+            bar.start(driver.remaining())
+            driver.start_heartbeat()
+            from .executor import execute
+
+            t0 = time.perf_counter()
+            execute(driver)
+            wall = time.perf_counter() - t0
+    except KeyboardInterrupt as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
+        signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+        for s in EXIT_INTERRUPTED:
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        bar.close()
+        closed = driver.close()
+        if ray is not None and not args.ray_address:
             ray.shutdown()
-    overhead = 1 - outcome.train_s / (outcome.wall_s * max(1, args.workers)) if outcome.wall_s else float("nan")
-    print(f"{outcome.trainings} trainings in {outcome.wall_s:.0f} s "
-          f"({outcome.train_s:.0f} s of training on {args.workers} workers; "
-          f"share of worker time outside training {overhead:.0%}); recovered {outcome.recovered} interrupted trials",
-          file=sys.stderr)
-    if args.racing:
-        full = len(feasible_maps(space, args.budget_flops)) * len(pes) * seeds
-        print(f"racing: {outcome.trainings} trainings this run; full factorial would be {full}", file=sys.stderr)
-    print_results(outcome.study)
+        print(f"{parser.prog}: interrupted ({signal.Signals(signum).name}); {closed} unfinished trial(s) closed "
+              f"— run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED[signum]
+    except ConfigError as exc:
+        driver.close()
+        return fail(parser.prog, exc)
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
+    # close
+    bar.close()
+    driver.close()
+    if ray is not None and not args.ray_address:
+        ray.shutdown()
+    summarise(plan, driver, wall)
     if not args.no_report:
-        _report(settings)
+        write_report(plan)
     return 0
 
 
-def _check_horizon(s) -> None:
-    """A FLOP-matched horizon must buy at least one step of the heaviest candidate."""
-    from .search import Candidate
-    from .train import plan_steps
+class _progress_bar:
+    """tqdm over the trainings still to run, on stderr."""
 
-    maps = feasible_maps(s.space, s.budget_flops)
-    heaviest = max(maps, key=lambda m: m.applied_layers)
-    plan_steps(s.spec(Candidate(heaviest, s.pes[0]), 0))
+    def __init__(self, plan: SearchPlan, quiet: bool):
+        self.plan, self.quiet, self.bar = plan, quiet, None
 
+    def start(self, total: int) -> None:
+        from tqdm.auto import tqdm
 
-def print_results(study) -> None:
-    from optuna.trial import TrialState
+        self.bar = tqdm(total=total, desc=f"{self.plan.study}: trainings", unit="run", disable=self.quiet,
+                        file=sys.stderr, dynamic_ncols=True)
 
-    rows = []
-    for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-        u = t.user_attrs
-        rows.append((u.get("val_ppl_mean", t.values[0]), u.get("val_ppl_sem", float("nan")), u["candidate"],
-                     int(t.values[1])))
-    rows.sort()
-    print(f"{'candidate':<22} {'FLOPs/token':>13} {'val ppl':>9} {'± sem':>7}")
-    for mean, sem, cand, fl in rows:
-        print(f"{cand:<22} {fl:>13,} {mean:>9.3f} {sem:>7.3f}")
-    failed = study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-    for t in failed:
-        if t.user_attrs.get("failed_seeds"):
-            print(f"failed: {t.user_attrs.get('candidate')}: {t.user_attrs.get('error')}")
+    def on_row(self, row, remaining: int) -> None:
+        if self.bar is None:
+            return
+        self.bar.total = self.bar.n + 1 + remaining  # racing and optimisers change the total on the way
+        self.bar.set_postfix_str(f"{row.label} seed {row.seed}: "
+                                 + (f"ppl {fmt_ppl(row.val_ppl)}" if row.ok else row.status.value))
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
-def _report(settings) -> None:
+def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
+    """What this run did, every candidate's result, and the answer: the top group and the
+    smallest difference the seeds can detect."""
+    from . import stats
+    from .results import records_frame
+
+    p = driver.progress
+    if p.trainings:
+        outside = 1 - p.train_s / (wall_s * plan.workers) if wall_s > 0 else float("nan")
+        print(f"{p.trainings} trainings in {wall_s:.0f} s ({p.train_s:.0f} s of training on {plan.workers} workers; "
+              f"share of worker time outside training {outside:.0%})", file=sys.stderr)
+    else:
+        print("nothing to train: every training of this study is already in the storage and runs.csv",
+              file=sys.stderr)
+    if p.recovered:
+        print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
+    rows = [r for r in driver.rows() if r.role == "eval"]
+    frame = records_frame(rows)
+    ok = frame[(frame["status"] == "ok") & frame["val_ppl"].map(math.isfinite)]
+    ok = ok.drop_duplicates(["candidate", "seed"], keep="last")
+    print(f"{'candidate':<24} {'FLOPs/token':>13} {'seeds':>5} {'val ppl':>9} {'± sem':>8}")
+    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_ppl"].mean()):
+        sem = g["val_ppl"].std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else float("nan")
+        print(f"{cand:<24} {int(g['flops_per_token'].iloc[0]):>13,} {len(g):>5} {fmt_ppl(g['val_ppl'].mean()):>9} "
+              f"{fmt_ppl(sem):>8}")
+    failed = frame[frame["status"] == "failed"].drop_duplicates(["candidate"])
+    for r in failed.itertuples():
+        print(f"failed: {r.candidate} seed {r.seed}: {r.error}")
+    if plan.racing:
+        full = plan.max_candidates * plan.seeds
+        print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
+              file=sys.stderr)
+    if ok["candidate"].nunique() >= 2:
+        res = stats.analyze(ok, metric="val_ppl", alpha=plan.alpha, method="ttest")
+        mde = res["mde"]
+        print(f"top group (not significantly worse than the best; paired t-test, Holm over {res['family_size']} "
+              f"pairs, alpha {plan.alpha:g}): {', '.join(res['top_group'])}")
+        if math.isfinite(mde["mde"]):
+            print(f"smallest difference these {mde['n_seeds']} seeds detect with 80 % power: "
+                  f"{mde['mde']:.3g} perplexity" + (" (the top group's gaps are below it: add seeds)"
+                                                    if len(res['top_group']) > 1 else ""))
+
+
+def write_report(plan: SearchPlan) -> None:
     """The report is a view of the results: a failure here never fails the search."""
-    from .report import ReportError, write_report
+    from .plan import read_study_json
+    from .report import ReportError
+    from .report import write_report as write
+    from .study import attach_figure
 
+    faults.point("report")
     try:
-        path = write_report(settings.study_dir, alpha=settings.alpha)
-    except ReportError as exc:
+        report = write(plan.study_dir, alpha=plan.alpha)
+    except (ReportError, ConfigError) as exc:
         print(f"searchmaps.run: no report: {exc}", file=sys.stderr)
         return
-    print(f"report: {path}", file=sys.stderr)
+    why = attach_figure(plan.study_dir, read_study_json(plan.study_dir / "study.json"), report.pareto_figure,
+                        storage=plan.storage_url)
+    if why:
+        print(f"searchmaps.run: warning: the Pareto figure is not in the dashboard ({why})", file=sys.stderr)
+    print(f"report: {report.path}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ class Space:
     block: tuple[int, ...] = ()
     maps: tuple[ReuseMap, ...] = ()
     source: str = "<space>"
+    model_keys: frozenset = frozenset()  # [model] keys the file sets; the rest follow the defaults
 
     def __post_init__(self) -> None:
         src, pe, r, n = self.source, self.pe, self.repeats, self.model.n_layers
@@ -82,6 +83,8 @@ class Space:
         """The same domain on changed templates (``d_model``, ``seq_len``, ``tokens``, ...);
         setting one horizon (``tokens`` or ``train_flops``) clears the other."""
         mkw, tkw = dict(model or {}), dict(train or {})
+        if "d_model" in mkw and "ffn_hidden" not in mkw and "ffn_hidden" not in self.model_keys:
+            mkw["ffn_hidden"] = 0  # the default SwiGLU width follows the model width (4 x d), as in searchmaps.train
         horizons = (("tokens", "train_flops"), ("train_flops", "tokens"))
         tkw.update({b: None for a, b in horizons if a in tkw and b not in tkw})
         fields = ModelConfig.__dataclass_fields__.keys() - {"reuse", "pe"}, TrainConfig.__dataclass_fields__.keys()
@@ -95,6 +98,16 @@ class Space:
                                   f"pass a space file written for {n} layers (--space)")
             maps = tuple(ReuseMap((1,) * n, m.block) for m in maps)
         return dataclasses.replace(self, model=new_model, train=dataclasses.replace(self.train, **tkw), maps=maps)
+
+    def contains(self, reuse: ReuseMap) -> bool:
+        """Whether ``reuse`` is in the domain (the budget aside)."""
+        if reuse.n_layers != self.model.n_layers:
+            return False
+        if reuse in self.maps:
+            return True
+        if reuse.is_block:
+            return reuse.block in self.block
+        return self.repeats is not None and all(self.repeats[0] <= r <= self.repeats[1] for r in reuse.repeats)
 
     def count(self) -> int:
         """Size of the domain (no budget)."""
@@ -156,7 +169,7 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
-                 maps=tuple(parsed), source=src, **built)
+                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), **built)
 
 
 def _check_keys(src: str, section: str, table: dict, hints: dict) -> None:
@@ -175,6 +188,7 @@ def _check_keys(src: str, section: str, table: dict, hints: dict) -> None:
 
 
 def map_flops(space: Space, reuse: ReuseMap) -> int:
+    """Forward FLOPs per token of ``reuse`` on the space's model."""
     return flops.flops_per_token(space.model.with_map(reuse))
 
 

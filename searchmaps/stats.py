@@ -1,11 +1,19 @@
 """Which reuse maps really win: paired statistics over seeds.
 
 Input everywhere is a long DataFrame of successful runs with columns ``candidate``
-(str, e.g. ``"4,2,1,1|rope"``), ``seed`` (int) and a metric column (default
-``val_ppl``; lower is better). Seed ``s`` of two candidates shares data order and
-init draw, so every comparison is PAIRED on seed and uses only the seeds both
-candidates have. Results are plain dicts and DataFrames; metric units are kept
-(a ``mean_diff`` of 0.3 on ``val_ppl`` means 0.3 perplexity points).
+(str, the candidate's label, e.g. ``"4,2,1,1|rope"``), ``seed`` (int) and a metric
+column (default ``val_ppl``; lower is better); :func:`reference_candidate` also reads
+``map``. Seed ``s`` of two candidates shares data order and init draw, so every
+comparison is PAIRED on seed and uses only the seeds both candidates have. Results are
+plain dicts and DataFrames; metric units are kept (a ``mean_diff`` of 0.3 on
+``val_ppl`` means 0.3 perplexity points).
+
+Tests (``method``): the paired t-test (``"ttest"``, the default everywhere), the exact
+sign-flip permutation test (``"signflip"``) and the exact Wilcoxon signed-rank test
+(``"wilcoxon"``). The two exact tests have a floor: with n paired seeds their smallest
+two-sided p is 2 / 2**n (0.25 with 3 seeds, 0.0625 with 5), so they can reject only when
+2 / 2**n <= alpha / m for m comparisons (8 candidates, 28 pairs, alpha 0.05: n >= 11
+seeds). :func:`resolution` says whether a test can reject at all.
 
 Multiple comparisons. "Candidate vs the best" compares against a candidate chosen
 by looking at the same data, so correcting only over the comparisons that were
@@ -15,10 +23,15 @@ therefore corrected as a member of the family of ALL K(K-1)/2 candidate pairs:
 whichever candidate turns out best, its comparisons are in that family, so the
 family-wise error (Holm) of any reported subset is at most alpha.
 
-Resolution of the exact sign-flip test: with n paired seeds the smallest two-sided
-p-value is 2 / 2**n, so it can only reject when 2 / 2**n <= alpha / m for m pairs
-(8 candidates, 28 pairs, alpha 0.05: n >= 11 seeds). :func:`detectable_difference`
-reports this next to the t-based minimum detectable effect.
+The top group needs family-wise control. It is "the best and every candidate not
+significantly worse", so one false rejection drops a map that is as good as the best.
+Benjamini-Hochberg bounds only the expected share of false rejections among all
+rejections, and the many true differences of a study buy it room for false ones: with
+5 equally good maps and 6 maps 5 noise-sd worse (5 seeds, 2000 simulated studies) it
+dropped a good map from the top group in 16 % of studies, Holm in 1 %. :func:`top_group`,
+:func:`analyze` and :mod:`searchmaps.racing` therefore accept only the corrections in
+:data:`FAMILY_WISE`; :func:`compare`, :func:`pairwise_pvalues` and
+:func:`planned_comparisons` take any ``multipletests`` method.
 """
 
 from __future__ import annotations
@@ -32,7 +45,8 @@ import pandas as pd
 from scipy import optimize, stats
 from statsmodels.stats.multitest import multipletests
 
-METHODS = ("signflip", "wilcoxon", "ttest")
+METHODS = ("ttest", "signflip", "wilcoxon")
+FAMILY_WISE = ("holm", "bonferroni")  # corrections that bound the chance of ANY false rejection
 
 
 # --------------------------------------------------------------------------- shape
@@ -52,19 +66,26 @@ def to_matrix(df: pd.DataFrame, metric: str = "val_ppl") -> pd.DataFrame:
     return mat.sort_index().sort_index(axis=1)
 
 
-def reference_candidate(candidates) -> str | None:
-    """The baseline: the first (sorted) candidate whose map part (before ``|``) is
-    all ones, e.g. ``"1,1,1,1|rope"``; None when there is none."""
-    for c in sorted(map(str, candidates)):
-        parts = c.split("|", 1)[0].split(",")
-        if all(p.strip() == "1" for p in parts):
-            return c
+def reference_candidate(df: pd.DataFrame) -> str | None:
+    """The baseline: the first candidate (by name) whose ``map`` column is all ones
+    (``1,1,1,1``); None when there is none or the rows have no ``map`` column."""
+    if "map" not in df.columns:
+        return None
+    maps = df[["candidate", "map"]].drop_duplicates().sort_values("candidate", kind="stable")
+    for cand, text in maps.itertuples(index=False):
+        if all(part.strip() == "1" for part in str(text).split(",")):
+            return str(cand)
     return None
 
 
-def _best(mat: pd.DataFrame) -> str:
+def best_candidate(mat: pd.DataFrame) -> str:
     """Lowest mean over each candidate's own seeds (ties: first by name)."""
-    return str(mat.mean().sort_values(kind="stable").index[0])
+    return order_by_mean(mat)[0]
+
+
+def order_by_mean(mat: pd.DataFrame) -> list[str]:
+    """The candidates (columns of a :func:`to_matrix` matrix), lowest mean first."""
+    return [str(c) for c in mat.mean().sort_values(kind="stable").index]
 
 
 # --------------------------------------------------------------------------- per candidate
@@ -121,53 +142,89 @@ def signflip_pvalues(diffs, max_exact: int = 16, n_resamples: int = 9999, random
     return p
 
 
+def wilcoxon_pvalues(diffs, random_state=0) -> np.ndarray:
+    """Two-sided exact Wilcoxon signed-rank p-values, one per row of ``(m, n)`` diffs.
+
+    The sign-flip test on the signed ranks of ``|d|`` (mid-ranks for ties; zero
+    differences dropped, as ``scipy.stats.wilcoxon``'s default does): the exact
+    conditional null distribution, so tied ranks are handled exactly where scipy would
+    fall back to the normal approximation; for tie-free rows it equals
+    ``scipy.stats.wilcoxon(d, method="exact")`` (checked in the tests). The smallest
+    p is 2 / 2**n over n non-zero differences. Above 16 seeds the permutations are
+    sampled (see :func:`signflip_pvalues`)."""
+    d = np.atleast_2d(np.asarray(diffs, dtype=float))
+    if d.shape[1] == 0:
+        return np.ones(d.shape[0])
+    zeros = (d == 0).sum(axis=1, keepdims=True)
+    ranks = stats.rankdata(np.abs(d), axis=1) - zeros  # zeros rank lowest: shift to ranks among the rest
+    signed = np.where(d == 0, 0.0, np.sign(d) * ranks)  # a zero adds nothing, whichever its sign
+    return signflip_pvalues(signed, random_state=random_state)
+
+
+def min_pvalue(method: str, n_seeds: int) -> float:
+    """The smallest two-sided p-value ``method`` can give over ``n_seeds`` paired seeds:
+    2 / 2**n for the exact sign-flip and Wilcoxon tests (only all-same-sign
+    differences reach it), 0 for the t-test (any p, given a large enough effect), 1
+    below 2 seeds (nothing is tested)."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    n = int(n_seeds)
+    if n < 2:
+        return 1.0
+    return 0.0 if method == "ttest" else 2.0 / 2**n
+
+
+def resolution(method: str, n_seeds: int, alpha: float = 0.05, n_comparisons: int = 1) -> dict:
+    """Whether ``method`` can reject anything in a family of ``n_comparisons`` tests
+    over ``n_seeds`` paired seeds, under Holm (or Bonferroni) at ``alpha``: its first
+    step needs p <= alpha / m. Returns ``method``, ``n_seeds``, ``n_comparisons``,
+    ``min_p`` (:func:`min_pvalue`), ``threshold`` (alpha / m), ``can_reject`` and
+    ``min_seeds`` (the fewest paired seeds for which it can)."""
+    m = max(1, int(n_comparisons))
+    threshold = alpha / m
+    min_p = min_pvalue(method, n_seeds)
+    need = 2 if method == "ttest" else max(2, math.ceil(math.log2(2 / threshold) - 1e-12))
+    return {"method": method, "n_seeds": int(n_seeds), "n_comparisons": m, "min_p": min_p,
+            "threshold": threshold, "can_reject": bool(min_p <= threshold), "min_seeds": need}
+
+
 def _pvalues(d: np.ndarray, method: str, rng) -> np.ndarray:
     """p-values of rows of a complete ``(m, n)`` difference matrix."""
     m, n = d.shape
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     if n < 2:
         return np.ones(m)
     if method == "signflip":
         p = signflip_pvalues(d, random_state=rng)
-    elif method == "ttest":
+    elif method == "wilcoxon":
+        p = wilcoxon_pvalues(d, random_state=rng)
+    else:
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # constant rows; handled below
             p = stats.ttest_1samp(d, 0.0, axis=1).pvalue
-    elif method == "wilcoxon":
-        p = np.ones(m)
-        for i, row in enumerate(d):
-            if np.any(row != 0):
-                try:
-                    p[i] = stats.wilcoxon(row).pvalue
-                except ValueError:  # e.g. too few non-zero differences
-                    p[i] = 1.0
-    else:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     p = np.where(np.all(d == 0, axis=1), 1.0, p)  # no difference at all
     return np.where(np.isnan(p), 1.0, np.clip(p, 0.0, 1.0))
 
 
 def _diff_table(d: np.ndarray, method: str, confidence: float, rng) -> dict:
-    """Column arrays (n_pairs, mean_diff, sd_diff, CI, p_value, p_ttest) for rows
-    of a complete ``(m, n)`` difference matrix."""
+    """Column arrays (n_pairs, mean_diff, sd_diff, CI, p_value) for rows of a
+    complete ``(m, n)`` difference matrix."""
     m, n = d.shape
     with np.errstate(all="ignore"):
         mean = d.mean(axis=1) if n else np.full(m, np.nan)
         sd = d.std(axis=1, ddof=1) if n > 1 else np.full(m, np.nan)
         half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) if n > 1 else np.nan
-    p_t = _pvalues(d, "ttest", rng)
-    return {
-        "n_pairs": np.full(m, n), "mean_diff": mean, "sd_diff": sd,
-        "diff_ci_low": mean - half, "diff_ci_high": mean + half,
-        "p_value": p_t if method == "ttest" else _pvalues(d, method, rng), "p_ttest": p_t,
-    }
+    return {"n_pairs": np.full(m, n), "mean_diff": mean, "sd_diff": sd,
+            "diff_ci_low": mean - half, "diff_ci_high": mean + half, "p_value": _pvalues(d, method, rng)}
 
 
-def paired_test(a, b, method: str = "signflip", confidence: float = 0.95, random_state=0) -> dict:
+def paired_test(a, b, method: str = "ttest", confidence: float = 0.95, random_state=0) -> dict:
     """Paired test of ``a`` vs ``b``, 1-D arrays over the same seeds (pairs with a
-    NaN are dropped). Returns ``n``, ``mean_diff`` (a - b, metric units),
+    NaN are dropped). Returns ``method``, ``n``, ``mean_diff`` (a - b, metric units),
     ``sd_diff``, the t-interval ``diff_ci_low``/``diff_ci_high`` of the mean
-    difference, the two-sided ``p_value`` of ``method`` and ``p_ttest`` (paired
-    t-test, a second opinion). n < 2 or all differences zero give p = 1."""
+    difference and the two-sided ``p_value`` of ``method``. n < 2 or all differences
+    zero give p = 1."""
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.shape != b.shape or a.ndim != 1:
         raise ValueError(f"a and b must be 1-D over the same seeds, got {a.shape} and {b.shape}")
@@ -198,15 +255,26 @@ def adjust_pvalues(p, correction: str | None = "holm") -> np.ndarray:
     return multipletests(p, method=correction)[1]
 
 
-_STAT_COLS = ("n_pairs", "mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "p_value", "p_ttest")
+def require_family_wise(correction: str | None) -> None:
+    """ValueError unless ``correction`` bounds the family-wise error (see the module
+    docstring: a top group or a race drops good maps under anything weaker)."""
+    if correction not in FAMILY_WISE:
+        raise ValueError(f"a top group needs family-wise control: correction must be one of "
+                         f"{', '.join(FAMILY_WISE)}, got {correction!r}")
 
 
-def _all_pairs(mat: pd.DataFrame, method: str, correction: str | None, confidence: float, rng,
-               min_pairs: int = 2) -> dict:
-    """Paired statistics of a - b for every unordered pair (a < b by name), keyed
-    ``(a, b)``, with ``p_adjusted`` corrected over every pair that has at least
-    ``min_pairs`` (>= 2) shared seeds: the family, its size under the key
-    ``"family_size"``; pairs outside it get ``p_adjusted`` 1."""
+_STAT_COLS = ("n_pairs", "mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "p_value")
+
+
+def all_pairs(mat: pd.DataFrame, method: str = "ttest", correction: str | None = "holm", confidence: float = 0.95,
+              random_state=0, min_pairs: int = 2) -> dict:
+    """Paired statistics of a - b for every unordered pair of columns of a
+    :func:`to_matrix` matrix (a < b by name), keyed ``(a, b)``: n_pairs, mean_diff,
+    sd_diff, diff_ci_low/high, p_value, and ``p_adjusted`` corrected over every pair
+    that has at least ``min_pairs`` (>= 2) shared seeds: the family, its size under
+    the key ``"family_size"``; pairs outside it get ``p_adjusted`` 1. ``random_state``
+    (a seed or a numpy Generator) drives the Monte Carlo tests above 16 seeds."""
+    rng = np.random.default_rng(random_state)
     x = mat.to_numpy()
     names = list(mat.columns)
     pairs = list(itertools.combinations(range(len(names)), 2))
@@ -229,8 +297,9 @@ def _all_pairs(mat: pd.DataFrame, method: str, correction: str | None, confidenc
     return out
 
 
-def _oriented(pairs: dict, cand: str, against: str) -> dict:
-    """The pair's statistics as ``cand - against``."""
+def oriented(pairs: dict, cand: str, against: str) -> dict:
+    """One pair of an :func:`all_pairs` result as ``cand - against``: candidate,
+    against, n_pairs (int), mean_diff, diff_ci_low/high, p_value, p_adjusted."""
     if (cand, against) in pairs:
         r = dict(pairs[(cand, against)])
     else:
@@ -242,25 +311,21 @@ def _oriented(pairs: dict, cand: str, against: str) -> dict:
     return {"candidate": cand, "against": against, **r}
 
 
-def _by_mean(mat: pd.DataFrame) -> list[str]:
-    return [str(c) for c in mat.mean().sort_values(kind="stable").index]
-
-
 _COMPARE_COLS = ["candidate", "against", "kind", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high",
-                 "p_value", "p_ttest", "p_adjusted", "significant"]
+                 "p_value", "p_adjusted", "significant"]
 
 
 def _compare(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> pd.DataFrame:
     rows, seen = [], set()
-    for kind, against in (("vs_best", _best(mat)), ("vs_reference", ref)):
+    for kind, against in (("vs_best", best_candidate(mat)), ("vs_reference", ref)):
         if against is None:
             continue
-        for c in _by_mean(mat):
+        for c in order_by_mean(mat):
             key = frozenset((c, against))
             if c == against or key in seen:
                 continue
             seen.add(key)
-            rows.append({**_oriented(pairs, c, against), "kind": kind})
+            rows.append({**oriented(pairs, c, against), "kind": kind})
     out = pd.DataFrame(rows, columns=_COMPARE_COLS[:-1])
     out["significant"] = out["p_adjusted"] <= alpha
     out.attrs["family_size"] = pairs["family_size"]
@@ -268,11 +333,11 @@ def _compare(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> p
 
 
 def _top_group(mat: pd.DataFrame, pairs: dict, alpha: float) -> list[str]:
-    best = _best(mat)
+    best = best_candidate(mat)
     keep = [best]
-    for c in _by_mean(mat):
+    for c in order_by_mean(mat):
         if c != best:
-            r = _oriented(pairs, c, best)
+            r = oriented(pairs, c, best)
             if not (r["p_adjusted"] <= alpha and r["mean_diff"] > 0):
                 keep.append(c)
     return keep
@@ -286,14 +351,14 @@ def _pairwise(mat: pd.DataFrame, pairs: dict) -> pd.DataFrame:
     return out
 
 
-def _reference(mat: pd.DataFrame, reference: str | None) -> str | None:
-    ref = reference if reference is not None else reference_candidate(mat.columns)
+def _reference(df: pd.DataFrame, mat: pd.DataFrame, reference: str | None) -> str | None:
+    ref = reference if reference is not None else reference_candidate(df)
     if ref is not None and ref not in mat.columns:
         raise ValueError(f"reference {ref!r} is not among the candidates")
     return ref
 
 
-def compare(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, method: str = "signflip",
+def compare(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, method: str = "ttest",
             correction: str | None = "holm", alpha: float = 0.05, confidence: float = 0.95,
             random_state=0) -> pd.DataFrame:
     """Every candidate vs the best (lowest mean) and vs the reference.
@@ -303,30 +368,32 @@ def compare(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
     pair is already a vs_best row. Columns: candidate, against, kind
     (``vs_best``/``vs_reference``), n_pairs, mean_diff (candidate - against, metric
     units; > 0 means the candidate is worse), diff_ci_low/high (per-comparison
-    t-interval at ``confidence``), p_value (``method``), p_ttest, p_adjusted
+    t-interval at ``confidence``), p_value (``method``), p_adjusted
     (``correction``, a ``multipletests`` method name, over all K(K-1)/2 pairs; see
     the module docstring) and significant (p_adjusted <= alpha). The family size
     is in ``.attrs["family_size"]``.
     """
     mat = to_matrix(df, metric)
-    pairs = _all_pairs(mat, method, correction, confidence, np.random.default_rng(random_state))
-    return _compare(mat, pairs, _reference(mat, reference), alpha)
+    pairs = all_pairs(mat, method, correction, confidence, random_state)
+    return _compare(mat, pairs, _reference(df, mat, reference), alpha)
 
 
-def pairwise_pvalues(df: pd.DataFrame, metric: str = "val_ppl", method: str = "signflip",
+def pairwise_pvalues(df: pd.DataFrame, metric: str = "val_ppl", method: str = "ttest",
                      correction: str | None = "holm", random_state=0) -> pd.DataFrame:
     """Square ``candidates x candidates`` matrix of corrected pairwise p-values
     (the same numbers :func:`compare` reports), NaN on the diagonal."""
     mat = to_matrix(df, metric)
-    return _pairwise(mat, _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state)))
+    return _pairwise(mat, all_pairs(mat, method, correction, 0.95, random_state))
 
 
-def top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "signflip",
-              correction: str | None = "holm", random_state=0) -> list[str]:
+def top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "ttest",
+              correction: str = "holm", random_state=0) -> list[str]:
     """The best candidate plus every candidate NOT significantly worse than it
-    (corrected over all pairs), ordered by mean: the answer to "which map wins"."""
+    (corrected over all pairs), ordered by mean: the answer to "which map wins".
+    ``correction`` must be family-wise (:data:`FAMILY_WISE`; why: module docstring)."""
+    require_family_wise(correction)
     mat = to_matrix(df, metric)
-    return _top_group(mat, _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state)), alpha)
+    return _top_group(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)
 
 
 def friedman(df: pd.DataFrame, metric: str = "val_ppl") -> dict | None:
@@ -371,20 +438,19 @@ def min_detectable_effect(sd_diff: float, n_seeds: int, alpha: float = 0.05, pow
 
 def detectable_difference(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, power: float = 0.8,
                           n_comparisons: int | None = None, seeds=None) -> dict:
-    """How small a difference the current seeds can resolve.
+    """How small a difference the current seeds can resolve with the paired t-test.
 
     ``sd_diff`` is the sd of paired differences pooled over the comparisons vs
     the best; ``n_seeds`` the median number of seeds shared with the best;
     ``n_comparisons`` defaults to all K(K-1)/2 pairs (the family :func:`compare`
-    corrects over). Returns those, ``mde`` (metric units) at the current seeds,
-    ``by_seeds`` (DataFrame n_seeds -> mde over ``seeds``, default 3..2n+4),
-    ``signflip_min_p`` = 2/2**n, ``signflip_can_reject`` (min_p <= alpha /
-    n_comparisons) and ``signflip_min_seeds`` (the fewest seeds for which it can).
+    corrects over). Returns those, ``alpha``, ``power``, ``mde`` (metric units) at the
+    current seeds and ``by_seeds`` (DataFrame n_seeds -> mde over ``seeds``, default
+    3..2n+4). The exact tests' floor is :func:`resolution`'s business.
     """
     mat = to_matrix(df, metric)
     k = mat.shape[1]
     m = n_comparisons if n_comparisons is not None else max(1, k * (k - 1) // 2)
-    best = _best(mat)
+    best = best_candidate(mat)
     ss, dof, ns = 0.0, 0, []
     for c in mat.columns:
         if c == best:
@@ -398,35 +464,38 @@ def detectable_difference(df: pd.DataFrame, metric: str = "val_ppl", alpha: floa
     grid = list(seeds) if seeds is not None else list(range(3, 2 * max(n, 3) + 5))
     by = pd.DataFrame({"n_seeds": grid,
                        "mde": [min_detectable_effect(sd, s, alpha, power, m) for s in grid]})
-    min_p = 2.0 / 2**n if n else 1.0
     return {"sd_diff": sd, "n_seeds": n, "n_comparisons": m, "alpha": alpha, "power": power,
-            "mde": min_detectable_effect(sd, n, alpha, power, m), "by_seeds": by,
-            "signflip_min_p": min_p, "signflip_can_reject": bool(min_p <= alpha / m),
-            "signflip_min_seeds": int(math.ceil(math.log2(2 * m / alpha)))}
+            "mde": min_detectable_effect(sd, n, alpha, power, m), "by_seeds": by}
 
 
 # --------------------------------------------------------------------------- bundle
 
 
 def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, alpha: float = 0.05,
-            method: str = "signflip", correction: str | None = "holm", random_state=0) -> dict:
+            method: str = "ttest", correction: str = "holm", random_state=0) -> dict:
     """Everything the report shows, in one call: ``summary``, ``comparisons``,
     ``friedman``, ``best``, ``reference``, ``top_group``, ``pairwise`` and
-    ``mde`` (see the functions of the same names), plus the settings used."""
+    ``mde`` (see the functions of the same names; ``mde`` is
+    :func:`detectable_difference`), ``resolution`` (:func:`resolution` of ``method``
+    over the all-pairs family, at the most seeds any tested pair shares), plus the
+    settings used and ``family_size``. ``correction`` must be family-wise."""
+    require_family_wise(correction)
     mat = to_matrix(df, metric)
-    ref = _reference(mat, reference)
-    pairs = _all_pairs(mat, method, correction, 0.95, np.random.default_rng(random_state))
+    ref = _reference(df, mat, reference)
+    pairs = all_pairs(mat, method, correction, 0.95, random_state)
+    shared = [int(r["n_pairs"]) for k, r in pairs.items() if k != "family_size" and r["n_pairs"] >= 2]
     return {
         "metric": metric, "alpha": alpha, "method": method, "correction": correction,
         "family_size": pairs["family_size"],
         "summary": summarize(df, metric),
         "comparisons": _compare(mat, pairs, ref, alpha),
         "friedman": friedman(df, metric),
-        "best": _best(mat),
+        "best": best_candidate(mat),
         "reference": ref,
         "top_group": _top_group(mat, pairs, alpha),
         "pairwise": _pairwise(mat, pairs),
         "mde": detectable_difference(df, metric, alpha),
+        "resolution": resolution(method, max(shared, default=0), alpha, pairs["family_size"]),
     }
 
 
@@ -436,11 +505,11 @@ def planned_comparisons(df: pd.DataFrame, pairs, metric: str = "val_ppl", method
     """Pre-specified hypotheses ``[(a, b), ...]`` (candidate names), each a paired test
     of a vs b, corrected over THIS family only. Named before the results are seen, a few
     planned questions ("does 4,2,1,1 beat 2,2,2,2?") keep their power, where the same pair
-    inside the all-pairs family of :func:`compare` pays for every other pair.
+    inside the all-pairs family of :func:`compare` pays for every other pair; so a pair
+    can be significant here and not there.
 
     Returns one row per pair: candidate, against, n_pairs, mean_diff (a - b), diff_ci_low,
-    diff_ci_high, p_value (``method``), p_signflip (exact, second opinion), p_adjusted,
-    significant (p_adjusted <= alpha)."""
+    diff_ci_high, p_value (``method``), p_adjusted, significant (p_adjusted <= alpha)."""
     mat = to_matrix(df, metric)
     rows = []
     for a, b in pairs:
@@ -449,12 +518,10 @@ def planned_comparisons(df: pd.DataFrame, pairs, metric: str = "val_ppl", method
             raise ValueError(f"planned comparison {a} vs {b}: no result rows for {', '.join(missing)}")
         r = paired_test(mat[a].to_numpy(), mat[b].to_numpy(), method=method, confidence=confidence,
                         random_state=random_state)
-        flip = paired_test(mat[a].to_numpy(), mat[b].to_numpy(), method="signflip", random_state=random_state)
         rows.append({"candidate": a, "against": b, "n_pairs": r["n"], "mean_diff": r["mean_diff"],
-                     "diff_ci_low": r["diff_ci_low"], "diff_ci_high": r["diff_ci_high"],
-                     "p_value": r["p_value"], "p_signflip": flip["p_value"]})
+                     "diff_ci_low": r["diff_ci_low"], "diff_ci_high": r["diff_ci_high"], "p_value": r["p_value"]})
     out = pd.DataFrame(rows, columns=["candidate", "against", "n_pairs", "mean_diff", "diff_ci_low",
-                                      "diff_ci_high", "p_value", "p_signflip"])
+                                      "diff_ci_high", "p_value"])
     out["p_adjusted"] = adjust_pvalues(out["p_value"].to_numpy(), correction) if len(out) else []
     out["significant"] = out["p_adjusted"] <= alpha
     return out

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
 from searchmaps.data import load_corpus
 
 
 @pytest.fixture(scope="session")
 def corpus():
     return load_corpus("stdlib")
-
-
-def tiny_spec(reuse="1,1", pe="rope", seed=0, tokens=4096, compile=False, precision="fp32", **train_kw) -> TrialSpec:
-    model = ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32, pe=pe).with_map(reuse)
-    train = TrainConfig(tokens=tokens, batch_size=4, eval_tokens=512, precision=precision, compile=compile,
-                        **train_kw)
-    return TrialSpec(model=model, train=train, seed=seed)
 
 
 ENV = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
@@ -93,3 +85,103 @@ def space_file(tmp_path):
     return path
 
 
+
+
+# ---------------------------------------------------------------------------- PostgreSQL
+
+PG_PASSWORD = "searchmaps-test"
+
+
+def _postgres_bin() -> Path | None:
+    import glob
+    import shutil
+
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/postgres"))
+    if found:
+        return Path(found[-1]).parent
+    exe = shutil.which("postgres")
+    return Path(exe).parent if exe else None
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server for the session (Debian's package: .ci/run installs it),
+    with password authentication over TCP. Yields ``(host, port)``; the superuser is
+    ``postgres`` with password :data:`PG_PASSWORD`."""
+    import pwd
+    import shutil
+    import tempfile
+
+    bindir = _postgres_bin()
+    if bindir is None:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed; .ci/run installs Debian's postgresql package")
+        pytest.skip("PostgreSQL is not installed (apt-get install postgresql); required in CI")
+    root = os.geteuid() == 0
+    as_user = ["runuser", "-u", "postgres", "--"] if root else []  # postgres refuses to run as root
+    home = Path(tempfile.mkdtemp(prefix="searchmaps-pg-"))
+    if root:
+        pw = pwd.getpwnam("postgres")
+        os.chown(home, pw.pw_uid, pw.pw_gid)
+    pwfile = home / "pw"
+    pwfile.write_text(PG_PASSWORD + "\n")
+    if root:
+        os.chown(pwfile, pw.pw_uid, pw.pw_gid)
+    subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(home / "data"), "-U", "postgres", "-E", "UTF8",
+                    "--auth-local=trust", "--auth-host=scram-sha-256", f"--pwfile={pwfile}"],
+                   check=True, capture_output=True)
+    port = free_port()
+    log = open(home / "server.log", "wb")
+    server = subprocess.Popen([*as_user, str(bindir / "postgres"), "-D", str(home / "data"), "-p", str(port),
+                               "-k", str(home), "-c", "listen_addresses=127.0.0.1", "-c", "fsync=off",
+                               "-c", "max_connections=200"],
+                              stdout=log, stderr=log, start_new_session=True)
+    deadline = time.time() + 60
+    import psycopg
+
+    while True:
+        try:
+            psycopg.connect(host="127.0.0.1", port=port, user="postgres", password=PG_PASSWORD,
+                            dbname="postgres", connect_timeout=2).close()
+            break
+        except psycopg.OperationalError:
+            assert server.poll() is None, (home / "server.log").read_text()
+            assert time.time() < deadline, "PostgreSQL did not start"
+            time.sleep(0.2)
+    yield "127.0.0.1", port
+    os.killpg(server.pid, signal.SIGTERM)
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(server.pid, signal.SIGKILL)
+    log.close()
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture()
+def postgres_url(postgres_server, request):
+    """A fresh database on the session's server, as a searchmaps --storage URL."""
+    import psycopg
+
+    host, port = postgres_server
+    import hashlib
+
+    digest = hashlib.sha1(request.node.nodeid.encode()).hexdigest()[:10]
+    name = "t_" + "".join(ch if ch.isalnum() else "_" for ch in request.node.name.lower())[:40] + f"_{digest}"
+    with psycopg.connect(host=host, port=port, user="postgres", password=PG_PASSWORD, dbname="postgres",
+                         autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return f"postgresql://postgres:{PG_PASSWORD}@{host}:{port}/{name}"
+
+
+@pytest.fixture(scope="session")
+def ray_env() -> dict:
+    """The environment a searchmaps subprocess runs with in tests (no Ray token auth or usage stats)."""
+    return dict(ENV)
+
+
+@pytest.fixture()
+def port_factory():
+    """A function returning a free TCP port on 127.0.0.1."""
+    return free_port

@@ -92,3 +92,40 @@ def test_spec_dict_roundtrip():
     back = TrialSpec.from_dict(spec.to_dict())
     assert back == spec
     assert back.config_hash() == spec.config_hash()
+
+
+# ---------------------------------------------------------------------------- candidates by name
+
+from searchmaps.config import Candidate, parse_planned, resolve_candidate  # noqa: E402
+
+
+def _cands(*labels):
+    out = []
+    for label in labels:
+        m, pe = label.split("|")
+        out.append(Candidate(ReuseMap.parse(m, 4), pe))
+    return out
+
+
+def test_a_candidate_is_named_by_label_or_by_a_map_one_pe_has():
+    cands = _cands("1,1,1,1|rope", "4,2,1,1|rope", "4,2,1,1|alibi", "block:2|rope")
+    assert resolve_candidate("block:2", cands).reuse.block == 2
+    assert resolve_candidate("4,2,1,1|alibi", cands).pe == "alibi"
+    assert resolve_candidate(" [1, 1,1,1] ", cands).label == "1,1,1,1|rope"
+    with pytest.raises(ConfigError, match="matches 4,2,1,1.alibi, 4,2,1,1.rope; name one of them as MAP.PE"):
+        resolve_candidate("4,2,1,1", cands)
+    with pytest.raises(ConfigError, match="--reference 3,3,3,3 is not among the candidates"):
+        resolve_candidate("3,3,3,3", cands)
+
+
+def test_planned_pairs_read_a_slash_and_the_old_colon_where_unambiguous():
+    cands = _cands("1,1,1,1|rope", "2,1,1,1|rope", "block:2|rope")
+    base, two, block = cands
+    assert parse_planned(["2,1,1,1/1,1,1,1"], cands) == [(two, base)]
+    assert parse_planned(["block:2:1,1,1,1"], cands) == [(block, base)]  # a block map on the left
+    assert parse_planned(["2,1,1,1:block:2"], cands) == [(two, block)]
+    assert parse_planned(["all/1,1,1,1", "2,1,1,1/1,1,1,1"], cands) == [(two, base), (block, base)]
+    with pytest.raises(ConfigError, match="--planned"):
+        parse_planned(["2,1,1,1-1,1,1,1"], cands)
+    with pytest.raises(ConfigError, match="--planned 3,1,1,1 is not among"):
+        parse_planned(["3,1,1,1/1,1,1,1"], cands)

@@ -126,10 +126,15 @@ def test_text_folder(tmp_path):
 
 
 def test_small_text_folder_falls_back_to_tail(tmp_path):
+    from searchmaps.data import _is_val
+
     (tmp_path / "a.txt").write_text("a" * 500)
     (tmp_path / "b.md").write_text("b" * 500)
+    assert not _is_val("a.txt") and not _is_val("b.md")  # the bucket holds out neither: the fallback case
     c = load_corpus(str(tmp_path))
-    assert len(c.train) > 0 and len(c.val) > 0
+    joined = b"a" * 500 + b"\n\n" + b"b" * 500  # documents in path order, joined with a blank line
+    n_val = len(joined) * 5 // 100
+    assert bytes(c.val) == joined[-n_val:] and bytes(c.train) == joined[:-n_val]  # its contiguous last 5 %
 
 
 # --------------------------------------------------------------------------- .bin

@@ -1,24 +1,12 @@
 """Tests of searchmaps.racing: race_step by hand, then races on simulated
 benchmarks with known truth (a run scores true mean + per-seed offset shared by
-all candidates (sd 2) + independent noise (sd 1))."""
+all candidates (sd 2) + independent noise (sd 1); ``helpers.simulate_race``)."""
 
 import numpy as np
-import pandas as pd
 import pytest
+from helpers import long_rows, se, simulate_race
 
-from searchmaps.racing import race_step, simulate_race
-
-
-def long_rows(values, names):
-    values = np.asarray(values, dtype=float)
-    n, k = values.shape
-    return pd.DataFrame({"candidate": np.tile(np.asarray(names, dtype=object), n),
-                         "seed": np.repeat(np.arange(n), k), "val_ppl": values.ravel()})
-
-
-def se(p, n):
-    return np.sqrt(p * (1 - p) / n)
-
+from searchmaps.racing import race_step
 
 # Per seed: "good" = offset, "close" = offset + 0.1 +- 0.3, "bad" = offset + 10 +- 0.01.
 OFFSET = np.array([10.0, 40, 20, 30, 50])
@@ -51,6 +39,13 @@ def test_candidates_restrict_the_race():
     assert step["survivors"] == ["good", "close"] and step["family_size"] == 1
     with pytest.raises(ValueError, match="nope"):
         race_step(long_rows(CLEAR, NAMES), candidates=["good", "nope"])
+
+
+def test_a_race_needs_family_wise_control():
+    # a wrong drop loses a map that could be the best: no false-discovery-rate races
+    with pytest.raises(ValueError, match="family-wise"):
+        race_step(long_rows(CLEAR, NAMES), correction="fdr_bh")
+    assert race_step(long_rows(CLEAR, NAMES), correction="bonferroni")["survivors"] == ["good", "close"]
 
 
 def test_trainings_are_counted_round_by_round():

@@ -1,186 +1,336 @@
-"""The study report: summary.csv, report.html, sentences, Pareto front, Optuna attachment.
+"""The study report: summary.csv, planned.csv, report.html, its sentences, the command line.
 
-One real tiny study (Ray cluster, real Optuna storage, 3 candidates x 3 seeds) is built
-once per module; edge cases use hand-made study folders (:func:`make_study`).
+Study folders are made without training (``helpers.make_study`` writes ``runs.csv`` as
+searchmaps.run does); one test reads a committed study of the older ``runs.csv`` format.
+Numbers the report states are checked against scipy and statsmodels on the raw table.
 """
 
 import csv
+import html
+import itertools
 import json
-import math
+import os
 import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
-import optuna
 import pandas as pd
 import pytest
+from helpers import make_study, realistic_results, study_info, study_records
+from scipy import stats
+from statsmodels.stats.multitest import multipletests
 
-from searchmaps import report
-from searchmaps.report import pareto_optimal, result_sentences, write_report
-from tests.conftest import ENV, TINY_SPACE
-from tests.test_search import tiny_flops
+from searchmaps.report import Report, ReportError, write_report
+from searchmaps.report.__main__ import main
+from searchmaps.report.page import inline
+from searchmaps.report.sentences import family_sentences, result_sentences
+from searchmaps.report.summary import pareto_optimal
+from searchmaps.results import RunsFile
 
-SEEDS = 3
-
-
-# ---------------------------------------------------------------------------- hand-made studies
-
-
-def make_study(folder, results: dict, flops: dict | None = None, budget: float | None = None,
-               errors: dict | None = None, study_json: bool = True):
-    """A study folder without training: ``results`` maps candidate -> per-seed val_ppl
-    (None for a failed seed); FLOPs default to 1e5 x the map's applied layers."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for cand, ppls in results.items():
-        m, pe = cand.split("|")
-        applied = sum(int(r) for r in m.split(","))
-        for seed, ppl in enumerate(ppls):
-            ok = ppl is not None
-            loss = math.log(ppl) if ok else float("nan")
-            curve = [{"step": k, "tokens": 512 * k, "val_loss": loss + 0.5 / k} for k in range(1, 5)] if ok else []
-            rows.append({
-                "candidate": cand, "map": m, "pe": pe, "seed": seed, "status": "ok" if ok else "failed",
-                "error": "" if ok else (errors or {}).get(cand, "non-finite training loss (nan) at step 3"),
-                "val_loss": loss, "val_ppl": ppl if ok else float("nan"), "train_loss": loss,
-                "flops_per_token": (flops or {}).get(cand, 100_000 * applied), "kv_bytes_per_token": 128 * applied,
-                "applied_layers": applied, "n_params": 41_120, "tokens": 2048, "train_flops": 5e8,
-                "horizon": "tokens", "curve": json.dumps(curve), "wall_s": 1.0, "config_hash": f"h{cand}",
-                "study": folder.name})
-    pd.DataFrame(rows).to_csv(folder / "runs.csv", index=False)
-    if study_json:
-        info = {"study": folder.name, "storage": f"sqlite:///{folder}/optuna.db", "sampler": "grid", "space": "ilr4",
-                "budget_flops": budget, "pes": ["rope"], "seeds": max(len(v) for v in results.values()),
-                "horizon": "tokens", "tokens": 2048, "train_flops": None, "data": "stdlib",
-                "data_fingerprint": "e9f36c7b92be",
-                "model": {"n_layers": 4, "d_model": 32, "n_heads": 2, "ffn_hidden": 128, "vocab_size": 256,
-                          "seq_len": 32}}
-        (folder / "study.json").write_text(json.dumps(info))
-    return folder
+ROOT = Path(__file__).resolve().parents[1]
 
 
-def realistic_results(seeds: int = 5) -> dict:
-    """Eight maps with paired seed effects: deeper maps better, one diverging map."""
-    rng = np.random.default_rng(3)
-    seed_effect = rng.normal(0, 0.4, seeds)
-    true = {"1,1,1,1|rope": 15.2, "2,1,1,1|rope": 14.6, "1,2,1,1|rope": 14.7, "2,2,1,1|rope": 14.1,
-            "3,1,1,1|rope": 14.3, "4,2,1,1|rope": 13.8, "3,2,2,1|rope": 13.85, "2,2,2,2|rope": 13.95}
-    out = {c: list(np.round(mu + seed_effect + rng.normal(0, 0.08, seeds), 3)) for c, mu in true.items()}
-    out["4,4,1,1|rope"] = [None] * seeds
-    return out
+def cli(*args, timeout=120):
+    """``python -m searchmaps.report ARGS`` in a fresh process."""
+    return subprocess.run([sys.executable, "-m", "searchmaps.report", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, cwd=ROOT)
 
 
-# ---------------------------------------------------------------------------- the real study
+def result_text(page: str) -> str:
+    """The result paragraph as sentences, `code` for candidate names."""
+    para = re.search(r"<p class=result>(.*?)</p>", page, re.S).group(1)
+    return html.unescape(re.sub(r"</?code>", "`", para))
 
 
 @pytest.fixture(scope="module")
-def tiny_study(ray_cluster, tmp_path_factory):
-    """3 candidates (1,1  2,1  1,2) x 3 seeds, trained for real; report not yet written."""
-    from searchmaps.run import main
-
-    root = tmp_path_factory.mktemp("report")
-    space = root / "tiny.toml"
-    space.write_text(TINY_SPACE)
-    argv = ["--space", str(space), "--budget-flops", str(tiny_flops("2,1")), "--results-dir", str(root / "results"),
-            "--compile", "off", "--precision", "fp32", "--quiet", "--no-report", "--seeds", str(SEEDS),
-            "--study", "rep", "--ray-address", ray_cluster]
-    assert main(argv) == 0
-    return root / "results" / "rep"
+def realistic(tmp_path_factory):
+    """Eight maps x 5 seeds and a diverging map; the report written once."""
+    folder = make_study(tmp_path_factory.mktemp("report") / "ilr4", realistic_results(), budget=900_000)
+    return folder, write_report(folder)
 
 
-@pytest.fixture(scope="module")
-def tiny_report(tiny_study):
-    path = write_report(tiny_study)
-    return tiny_study, path
+# ---------------------------------------------------------------------------- the numbers
 
 
-def test_summary_matches_runs(tiny_report):
-    study, _ = tiny_report
-    summary = pd.read_csv(study / "summary.csv", dtype={"candidate": str, "map": str})
-    runs = pd.read_csv(study / "runs.csv", dtype={"candidate": str})
-    assert sorted(summary["candidate"]) == ["1,1|rope", "1,2|rope", "2,1|rope"]
-    for col in ("candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds",
-                "mean", "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best",
-                "diff_to_reference", "p_vs_reference", "in_top_group", "pareto_optimal", "n_failed"):
-        assert col in summary.columns, col
-    means = runs[runs["status"] == "ok"].groupby("candidate")["val_ppl"].mean()
-    losses = runs[runs["status"] == "ok"].groupby("candidate")["val_loss"].mean()
-    for r in summary.itertuples():
-        assert r.mean == pytest.approx(means[r.candidate], rel=1e-12)
-        assert r.val_loss_mean == pytest.approx(losses[r.candidate], rel=1e-12)
-        assert r.n_seeds == SEEDS and r.n_failed == 0
-        assert r.ci_low < r.mean < r.ci_high
-        assert r.flops_per_token == tiny_flops(r.map)
-    assert list(summary["mean"]) == sorted(summary["mean"])  # best first
-    best = summary.iloc[0]
-    assert best["diff_to_best"] == 0 and math.isnan(best["p_vs_best"]) and best["in_top_group"]
-    # 1,1 is the cheapest map, so it is on the front whatever its perplexity
-    assert summary.set_index("candidate").loc["1,1|rope", "pareto_optimal"]
-    assert summary.set_index("candidate").loc["1,1|rope", "diff_to_reference"] == 0
+def test_summary_matches_runs(realistic):
+    folder, rep = realistic
+    assert isinstance(rep, Report) and rep.path == folder / "report.html"
+    summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str, "map": str})
+    pd.testing.assert_frame_equal(summary, rep.summary, check_dtype=False)
+    assert list(summary.columns) == [
+        "candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds", "mean",
+        "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
+        "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
+        "n_failed"]
+    raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
+    s = summary.set_index("candidate")
+    for cand, x in raw.items():
+        half = stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x))
+        assert s.loc[cand, "mean"] == pytest.approx(x.mean(), rel=1e-12)
+        assert s.loc[cand, "val_loss_mean"] == pytest.approx(np.log(x).mean(), rel=1e-12)
+        assert (s.loc[cand, "ci_low"], s.loc[cand, "ci_high"]) == pytest.approx((x.mean() - half, x.mean() + half))
+        assert s.loc[cand, "map"] == cand.split("|")[0] and s.loc[cand, "n_seeds"] == 5
+        assert s.loc[cand, "flops_per_token"] == 100_000 * sum(map(int, cand.split("|")[0].split(",")))
+    assert list(summary["mean"].dropna()) == sorted(summary["mean"].dropna())  # best first
+    assert summary["candidate"].iloc[-1] == "4,4,1,1|rope" and s.loc["4,4,1,1|rope", "n_failed"] == 5
+    assert s.loc["1,1,1,1|rope", "pareto_optimal"]  # the cheapest map is on the front whatever its perplexity
+    assert s.loc["1,1,1,1|rope", "diff_to_reference"] == 0
 
 
-def test_report_html_is_self_contained_and_says_the_result(tiny_report):
-    study, path = tiny_report
-    assert path == study / "report.html"
-    page = path.read_text(encoding="utf-8")
+def independent_analysis(results: dict, reference: str, alpha: float = 0.05) -> dict:
+    """The report's numbers from scipy and statsmodels on the raw per-seed table: means,
+    CI half-widths, paired t-test p of every pair Holm-corrected over all pairs, the top
+    group."""
+    raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    names = sorted(raw)
+    pairs = list(itertools.combinations(names, 2))
+    p = [stats.ttest_rel(raw[a], raw[b]).pvalue for a, b in pairs]
+    adj = dict(zip(pairs, multipletests(p, method="holm")[1]))
+    adj.update({(b, a): v for (a, b), v in list(adj.items())})
+    mean = {c: x.mean() for c, x in raw.items()}
+    best = min(mean, key=mean.get)
+    worse = {c for c in names if c != best and adj[(c, best)] <= alpha and mean[c] > mean[best]}
+    return {"mean": mean, "best": best, "adj": adj, "worse": worse, "top": set(names) - worse,
+            "half": {c: stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)) for c, x in raw.items()},
+            "beats_reference": {c for c in set(names) - worse - {reference}
+                                if adj[(c, reference)] <= alpha and mean[c] < mean[reference]}}
+
+
+def close_to(text: str, value: float) -> bool:
+    """``text`` is ``value`` as printed: equal in the digits shown."""
+    digits = len(text.split(".")[1]) if "." in text else 0
+    return abs(float(text) - value) <= 0.5 * 10 ** -digits + 1e-12
+
+
+def test_report_sentences_match_the_numbers(realistic):
+    folder, rep = realistic
+    truth = independent_analysis(realistic_results(), "1,1,1,1|rope")
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    best = truth["best"]
+
+    m = re.search(r"`([^`]+)` is best \(([\d.]+) ± ([\d.]+) validation perplexity, mean ± 95 % CI\)", text)
+    assert m and m.group(1) == best, text
+    assert close_to(m.group(2), truth["mean"][best]) and close_to(m.group(3), truth["half"][best])
+
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(p = ([^)]+)\); (.+?) (?:is|are) significantly "
+                  r"worse \(p ≤ ([\d.]+)\)", text)
+    assert m, text
+    top = re.findall(r"`([^`]+)`", m.group(1))
+    assert set(top) == truth["top"] - {best}
+    assert sorted(top, key=truth["mean"].get) == top  # named best first
+    for name, shown in zip(top, m.group(2).split(", ")):
+        assert float(shown) == float(f"{truth['adj'][(name, best)]:.2g}"), (name, shown)
+    named_worse = re.findall(r"`([^`]+)`", m.group(3))
+    others = int(re.search(r"and (\d+) others", m.group(3)).group(1))
+    assert set(named_worse) <= truth["worse"] and len(named_worse) + others == len(truth["worse"])
+    assert float(m.group(4)) == float(f"{max(truth['adj'][(c, best)] for c in truth['worse']):.2g}")
+
+    # every top-group map beats the baseline here, all at corrected p < 0.01
+    assert truth["beats_reference"] == truth["top"]
+    assert max(truth["adj"][(c, "1,1,1,1|rope")] for c in truth["top"]) < 0.01
+    assert "All three beat the baseline `1,1,1,1|rope` (p < 0.01)." in text
+    assert "`4,4,1,1|rope` failed on all 5 seeds (non-finite training loss (nan) at step 3) and is not ranked." in text
+
+
+def test_report_html_is_self_contained_and_says_the_result(realistic):
+    _, rep = realistic
+    page = rep.path.read_text(encoding="utf-8")
     assert "plotly.js v" in page and len(page) > 3_000_000  # the library itself, not a link
     assert re.findall(r"<script[^>]*>", page) == ["<script>"] * page.count("<script")  # all inline, no src
     assert page.count('class="plotly-graph-div"') == 3  # Pareto, significance, curves
-    for label in ("1,1", "2,1", "1,2"):
+    for label in ("1,1,1,1", "3,2,2,1", "4,2,1,1"):
         assert f'"{label}"' in page  # map labels in the figure data
-    summary = pd.read_csv(study / "summary.csv", dtype={"candidate": str})
-    best = summary["candidate"].iloc[0]
-    assert f"<code>{best}</code> is best (" in page
-    for section in ("Pareto front", "Ranking", "Significance matrix", "Learning curves", "Protocol"):
+    for section in ("Pareto front", "Ranking", "Significance matrix", "Learning curves", "Protocol",
+                    "Runs that did not finish"):
         assert f"<h2>{section}</h2>" in page
-    for text in ("Token-matched", "2,048 tokens", "Seeds: 3 per candidate", "paired t-test", "Holm",
-                 "α = 0.05", "Friedman omnibus", "Minimum detectable difference", "2/2^3 = 0.25",
+    for text in ("Token-matched", "2,048 tokens", "Seeds: 5 per candidate", "paired t-test", "Holm",
+                 "α = 0.05", "Friedman omnibus", "Minimum detectable difference", "2/2^5 = 0.0625",
                  "fingerprint"):
         assert text in page, text
+    assert "class=warn" not in page and rep.warnings == ()  # the t-test can reject with 5 seeds
 
 
-def test_report_sentences_match_the_numbers(tiny_report):
-    study, path = tiny_report
-    summary = pd.read_csv(study / "summary.csv", dtype={"candidate": str})
-    sentences = result_sentences(summary, summary["candidate"].iloc[0], "1,1|rope", 0.05)
-    page = path.read_text(encoding="utf-8")
-    for s in sentences:
-        assert report.inline(s) in page
+# ---------------------------------------------------------------------------- two families
 
 
-def test_pareto_figure_is_attached_to_the_optuna_study(tiny_report):
+def test_planned_and_all_pairs_verdicts_that_differ_are_explained(tmp_path):
+    # X is ~1 perplexity worse than the baseline on every seed but one; four maps sit on the
+    # baseline. Alone (one planned pair) X vs base is significant; among all 15 pairs it is not.
+    off = np.array([10.0, 12, 11, 13, 9])
+    results = {"1,1|rope": off, "2,1|rope": off + [1.0, 0.3, 1.7, 0.6, 1.4]}
+    for i, m in enumerate(("1,2", "3,1", "1,3", "2,2")):
+        results[f"{m}|rope"] = off + 0.3 * np.roll([1.0, -1, 0.5, -0.5, 0], i)
+    results = {c: list(v) for c, v in results.items()}
+    p_raw = stats.ttest_rel(results["2,1|rope"], results["1,1|rope"]).pvalue  # 0.017
+    truth = independent_analysis(results, "1,1|rope")
+    assert p_raw <= 0.05 < truth["adj"][("2,1|rope", "1,1|rope")]  # the table does what it is meant to
+
+    folder = make_study(tmp_path / "two", results)
+    rep = write_report(folder, planned=["2,1/1,1"])
+    planned = pd.read_csv(folder / "planned.csv")
+    assert list(planned.columns) == ["candidate", "against", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high",
+                                     "p_value", "p_signflip", "p_adjusted", "significant", "p_all_pairs",
+                                     "significant_all_pairs"]
+    row = planned.iloc[0]
+    assert row.p_adjusted == pytest.approx(p_raw) and row.significant
+    assert row.p_all_pairs == pytest.approx(truth["adj"][("2,1|rope", "1,1|rope")]) and not row.significant_all_pairs
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    assert (f"`2,1|rope` is significantly worse than `1,1|rope` in the planned comparisons (corrected over 1), "
+            f"p = {p_raw:.2g}, but not in the all-pairs analysis (corrected over 15), "
+            f"p = {truth['adj'][('2,1|rope', '1,1|rope')]:.2g}.") in text
+    assert "corrects over every pair of candidates, K(K-1)/2 = 15" in text
+    page = rep.path.read_text(encoding="utf-8")
+    assert "corrected over these 1 only" in page and "so a pair can be significant here and not there" in page
+    assert "<span class=bad>differs</span>" in page
+
+    # where the two families agree, the result says nothing about them
+    write_report(folder, planned=["1,2/1,1"])
+    assert "The two families" not in result_text((folder / "report.html").read_text(encoding="utf-8"))
+
+
+def test_family_sentences_name_each_pair_in_either_direction():
+    planned = pd.DataFrame({"candidate": ["a|rope", "b|rope", "c|rope"], "against": ["z|rope"] * 3,
+                            "mean_diff": [1.2, -0.8, 0.1], "p_adjusted": [0.02, 0.09, 0.5],
+                            "significant": [True, False, False], "p_all_pairs": [0.2, 0.03, 0.9],
+                            "significant_all_pairs": [False, True, False]})
+    out = family_sentences(planned, 28)
+    assert out[0] == ("`a|rope` is significantly worse than `z|rope` in the planned comparisons (corrected over 3), "
+                      "p = 0.02, but not in the all-pairs analysis (corrected over 28), p = 0.2.")
+    assert out[1] == ("`b|rope` is significantly better than `z|rope` in the all-pairs analysis (corrected over "
+                      "28), p = 0.03, but not in the planned comparisons (corrected over 3), p = 0.09.")
+    assert len(out) == 3 and "K(K-1)/2 = 28" in out[2]
+    assert family_sentences(planned.iloc[2:], 28) == []
+
+
+def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
+    # results/ilr-table1-rope-flops: runs.csv from before run ids (a candidate column, no
+    # run_id, rung or role). The README's example: 1,1,1,2 vs the baseline is worse in the
+    # planned family (corrected p = 0.016 over 12) but not among all 55 pairs (0.068).
+    folder = tmp_path / "ilr-table1-rope-flops"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-flops", folder)
+    before = (folder / "runs.csv").read_bytes()
+    out = cli(folder, "--planned", "4,2,1,1:2,2,2,2", "4,2,1,1:3,2,2,1", "all:1,1,1,1", "--no-attach")
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert (folder / "runs.csv").read_bytes() == before
+    assert len(pd.read_csv(folder / "summary.csv")) == 11 and len(pd.read_csv(folder / "planned.csv")) == 12
+    text = result_text((folder / "report.html").read_text(encoding="utf-8"))
+    assert ("`1,1,1,2|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons (corrected "
+            "over 12), p = 0.016, but not in the all-pairs analysis (corrected over 55), p = 0.068.") in text
+    assert "`1,2,1,1|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons" in text
+
+
+# ---------------------------------------------------------------------------- exact tests that cannot reject
+
+
+@pytest.mark.parametrize("test", ["wilcoxon", "signflip"])
+def test_an_exact_test_that_cannot_reject_is_said_loudly(realistic, tmp_path, test):
+    folder = tmp_path / "copy"
+    shutil.copytree(realistic[0], folder)
+    out = cli(folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach")
+    assert out.returncode == 0, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("searchmaps.report: warning: "), out.stderr
+    # 5 seeds: 2/2^5 = 0.0625 > 0.05/28 (all pairs) and > 0.05/7 (planned)
+    for text in ("cannot find any difference", "2/2^5 = 0.0625", "α/m = 0.0018 over all 28 pairs",
+                 "α/m = 0.0071 over the 7 planned comparisons", "--test ttest", "at least 11 seeds"):
+        assert text in lines[0], text
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    warning = html.escape(lines[0].removeprefix("searchmaps.report: warning: "), quote=False)
+    assert f"<h2>Result</h2><p class=warn><strong>Warning:</strong> {warning}</p>" in page
+    assert f"<li class=warn>{warning}</li>" in page  # first in the protocol too
+    summary = pd.read_csv(folder / "summary.csv")
+    assert summary["in_top_group"].sum() == 8  # as the warning says: nothing could be dropped
+
+
+def test_an_exact_test_that_can_reject_gives_no_warning(tmp_path):
+    # 12 seeds, 3 maps far apart: 2/2^12 <= 0.05/3
+    results = {f"{m}|rope": list(10.0 + k + np.linspace(0, 1, 12)) for k, m in enumerate(("1,1", "2,1", "1,2"))}
+    rep = write_report(make_study(tmp_path / "s", results), method="wilcoxon")
+    assert rep.warnings == () and "class=warn" not in rep.path.read_text(encoding="utf-8")
+    assert rep.summary["in_top_group"].sum() == 1
+
+
+# ---------------------------------------------------------------------------- command line
+
+
+def test_cli_writes_report_and_takes_options(realistic, tmp_path):
+    folder = tmp_path / "copy"
+    shutil.copytree(realistic[0], folder)
+    out = cli(folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
+              "2,1,1,1", "--no-attach")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == str(folder / "report.html")
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    assert "exact paired sign-flip test on validation perplexity" in page and "Bonferroni correction" in page
+    summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
+    assert "p_vs_best_ttest" in summary.columns
+    assert summary.loc["2,1,1,1|rope", "diff_to_reference"] == 0
+
+
+def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path):
+    import optuna
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
 
-    study_dir, _ = tiny_report
-    study = optuna.load_study(study_name="rep", storage=f"sqlite:///{study_dir}/optuna.db")
-    graphs = get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id))
-    assert report.GRAPH_ID in graphs
-    fig = json.loads(graphs[report.GRAPH_ID])
-    assert {t["name"] for t in fig["data"]} >= {"Pareto front"}
-    assert any(t.get("text") and "1,1" in t["text"] for t in fig["data"])
-    # a second report replaces the figure instead of adding another
-    write_report(study_dir)
-    study = optuna.load_study(study_name="rep", storage=f"sqlite:///{study_dir}/optuna.db")
-    assert list(get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id))) == [report.GRAPH_ID]
+    from searchmaps.study import GRAPH_ID
+
+    def graphs(storage):
+        study = optuna.load_study(study_name="ilr4", storage=storage)
+        return get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id))
+
+    folder = tmp_path / "ilr4"
+    shutil.copytree(realistic[0], folder)
+    storage = f"sqlite:///{folder}/optuna.db"
+    optuna.create_study(study_name="ilr4", storage=storage, directions=["minimize", "minimize"])
+    for _ in range(2):  # a second report replaces the figure instead of adding another
+        out = cli(folder)
+        assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert list(graphs(storage)) == [GRAPH_ID]
+    fig = json.loads(graphs(storage)[GRAPH_ID])
+    assert {t["name"] for t in fig["data"]} >= {"Pareto front", "top group"}
+
+    # study.json holding the storage without its password: a warning, and --storage attaches it
+    other = tmp_path / "db"
+    other.mkdir()
+    storage = f"sqlite:///{other}/optuna.db"
+    optuna.create_study(study_name="ilr4", storage=storage, directions=["minimize", "minimize"])
+    info = json.loads((folder / "study.json").read_text())
+    info["storage"] = "postgresql://searchmaps:***@db.example/searchmaps"
+    (folder / "study.json").write_text(json.dumps(info))
+    out = cli(folder)
+    assert out.returncode == 0 and "--storage" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert (folder / "report.html").is_file()
+    out = cli(folder, "--storage", storage)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    assert list(graphs(storage)) == [GRAPH_ID]
 
 
-def test_cli_writes_report_and_takes_options(tiny_study, tmp_path):
-    copy = tmp_path / "rep"  # other options on a copy: the shared study keeps its default report
-    copy.mkdir()
-    for name in ("runs.csv", "study.json"):
-        shutil.copy(tiny_study / name, copy / name)
-    out = subprocess.run([sys.executable, "-m", "searchmaps.report", str(copy), "--test", "signflip",
-                          "--correction", "fdr_bh", "--alpha", "0.1", "--reference", "2,1", "--no-attach"],
-                         capture_output=True, text=True, timeout=120, env=ENV)
+def test_the_report_package_does_not_import_optuna(realistic):
+    code = ("import sys; from searchmaps.report import write_report; write_report(sys.argv[1]); "
+            "print(' '.join(m for m in ('optuna', 'ray', 'torch', 'searchmaps.study') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, str(realistic[0])], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == str(copy / "report.html")
-    page = (copy / "report.html").read_text(encoding="utf-8")
-    assert "exact paired sign-flip test on validation perplexity" in page and "Benjamini-Hochberg" in page
-    assert "p_vs_best_ttest" in (copy / "summary.csv").read_text()
-    summary = pd.read_csv(copy / "summary.csv", dtype={"candidate": str}).set_index("candidate")
-    assert summary.loc["2,1|rope", "diff_to_reference"] == 0
+    assert out.stdout.strip() == ""
+
+
+def corrupt(kind: str, folder: Path) -> None:
+    """Damage a study folder the way disks, editors and killed writers do."""
+    runs, info = folder / "runs.csv", folder / "study.json"
+    if kind == "binary":
+        runs.write_bytes(runs.read_bytes()[:300] + b"\x00\x8f\x00garbage\n")
+    elif kind == "not_a_number":
+        with open(runs, newline="") as f:
+            rows = list(csv.reader(f))
+        rows[1][rows[0].index("val_ppl")] = "twelve"
+        with open(runs, "w", newline="") as f:
+            csv.writer(f, lineterminator="\n").writerows(rows)
+    elif kind == "empty_study_json":
+        info.write_text("")
+    elif kind == "damaged_study_json":
+        info.write_text('{"study": "good", "seeds": ')
 
 
 @pytest.mark.parametrize("args, what", [
@@ -190,30 +340,75 @@ def test_cli_writes_report_and_takes_options(tiny_study, tmp_path):
     (["{good}", "--reference", "9,9"], "--reference"),
     (["{good}", "--alpha", "2"], "--alpha"),
     (["{good}", "--test", "anova"], "--test"),
+    (["{good}", "--correction", "fdr_bh"], "--correction fdr_bh is refused: the top group needs family-wise"),
+    (["{good}", "--correction", "none"], "--correction must be one of holm, bonferroni"),
+    (["{good}", "--planned", "9,9/1,1"], "--planned"),
+    (["{good}", "--planned", "2,1"], "--planned"),
+    (["{binary}"], "binary bytes"),
+    (["{not_a_number}"], "runs.csv:2: column 'val_ppl' holds 'twelve', not a number"),
+    (["{empty_study_json}"], "study.json is damaged"),
+    (["{damaged_study_json}"], "study.json is damaged"),
 ])
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, what):
-    failed = make_study(tmp_path / "failed", {"1,1|rope": [None, None]})
-    good = make_study(tmp_path / "good", {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})
-    argv = [a.format(tmp=tmp_path, failed=failed, good=good) for a in args]
-    out = subprocess.run([sys.executable, "-m", "searchmaps.report", *argv], capture_output=True, text=True,
-                         timeout=60, env=ENV)
+    folders = {"failed": make_study(tmp_path / "failed", {"1,1|rope": [None, None]}),
+               "good": make_study(tmp_path / "good", {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})}
+    for kind in ("binary", "not_a_number", "empty_study_json", "damaged_study_json"):
+        folders[kind] = make_study(tmp_path / kind, {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})
+        corrupt(kind, folders[kind])
+    argv = [a.format(tmp=tmp_path, **folders) for a in args]
+    out = cli(*argv, timeout=60)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and what in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert len(lines) == 1 and lines[0].startswith("searchmaps.report: error: "), out.stderr
+    assert what in lines[0] and "Traceback" not in out.stderr, out.stderr
 
 
-# ---------------------------------------------------------------------------- hand-made studies
+# ---------------------------------------------------------------------------- files and rows
 
 
-def test_failed_and_missing_pieces(tmp_path, capsys):
-    """A diverging candidate, a partly failed one, no study.json database: all reported."""
+def test_every_file_is_replaced_atomically(realistic, tmp_path, monkeypatch):
+    folder = tmp_path / "copy"
+    shutil.copytree(realistic[0], folder)
+    old_page = (folder / "report.html").read_bytes()
+    real_replace, replaced = os.replace, []
+
+    def replace(src, dst):
+        replaced.append((Path(src), Path(dst)))
+        if Path(dst).name == "report.html":
+            raise OSError("disk full")  # the moment a plain write would leave half a page
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError, match="disk full"):
+        write_report(folder, planned=["all/1,1,1,1"])
+    assert [dst.name for _, dst in replaced] == ["summary.csv", "planned.csv", "report.html"]
+    assert all(src.parent == folder and src.name.endswith(".tmp") for src, _ in replaced)
+    assert (folder / "report.html").read_bytes() == old_page  # the old page, whole
+    assert not list(folder.glob("*.tmp"))  # no temporary file left behind
+
+
+def test_the_report_describes_the_last_horizon_of_eval_rows(tmp_path):
+    first = study_records({"1,1|rope": [10.0, 10.2, 10.4], "2,1|rope": [9.0, 9.1, 9.3], "1,2|rope": [9.5, 9.6, 9.8]})
+    last = study_records({"1,1|rope": [8.0, 8.3, 8.1], "2,1|rope": [8.5, 8.9, 8.6]}, rung=1)
+    tuning = study_records({"1,1|rope": [1.0, 1.0, 1.0]}, rung=1, role="tune")
+    folder = tmp_path / "ladder"
+    folder.mkdir()
+    RunsFile(folder / "runs.csv").append([*first, *last, *tuning])
+    rep = write_report(folder)
+    s = rep.summary.set_index("candidate")
+    assert sorted(s.index) == ["1,1|rope", "2,1|rope"]  # 1,2 never reached the last rung
+    assert s.loc["1,1|rope", "mean"] == pytest.approx(np.mean([8.0, 8.3, 8.1]))  # rung 1, not 0, not tuning
+    assert s.loc["1,1|rope", "n_seeds"] == 3
+    assert "last rung of the study's horizon ladder (rung 1)" in rep.path.read_text(encoding="utf-8")
+
+
+def test_failed_and_missing_pieces(tmp_path):
+    """A diverging candidate, a partly failed one, no database: all reported, nothing made up."""
     res = {"1,1|rope": [10.0, 10.4, 10.2], "2,1|rope": [9.0, 9.5, 9.2], "3,1|rope": [None, None, None],
            "1,2|rope": [9.6, None, 9.7]}
     folder = make_study(tmp_path / "s", res, errors={"3,1|rope": "out of memory at step 2: CUDA"})
-    page = write_report(folder).read_text(encoding="utf-8")
-    err = capsys.readouterr().err
-    assert "warning" in err and "no Optuna study" in err and len(err.strip().splitlines()) == 1
-    assert not (folder / "optuna.db").exists()  # no empty database made up on the way
+    page = write_report(folder).path.read_text(encoding="utf-8")
+    assert not (folder / "optuna.db").exists()
     summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
     assert summary.loc["3,1|rope", "n_seeds"] == 0 and summary.loc["3,1|rope", "n_failed"] == 3
     assert not summary.loc["3,1|rope", "in_top_group"] and not summary.loc["3,1|rope", "pareto_optimal"]
@@ -223,9 +418,9 @@ def test_failed_and_missing_pieces(tmp_path, capsys):
     assert "Runs that did not finish" in page
 
 
-def test_single_candidate(tmp_path):
-    folder = make_study(tmp_path / "one", {"2,1|rope": [9.0, 9.4]}, budget=300_000)
-    page = write_report(folder, attach=False).read_text(encoding="utf-8")
+def test_single_candidate_and_no_study_json(tmp_path):
+    folder = make_study(tmp_path / "one", {"2,1|rope": [9.0, 9.4]}, study_json=False)
+    page = write_report(folder).path.read_text(encoding="utf-8")
     assert "Only <code>2,1|rope</code> has successful runs" in page
     assert page.count('class="plotly-graph-div"') == 2  # no significance matrix for one candidate
     assert "Friedman omnibus test: not available" in page
@@ -233,14 +428,34 @@ def test_single_candidate(tmp_path):
 
 def test_reference_can_be_named_and_must_exist(tmp_path):
     folder = make_study(tmp_path / "r", {"2,1|rope": [9.0, 9.4], "2,1|nope": [9.1, 9.3], "1,2|rope": [9.5, 9.9]})
-    assert report.resolve_reference("1,2", ["2,1|rope", "1,2|rope"]) == "1,2|rope"
-    with pytest.raises(report.ReportError, match="MAP\\|PE"):
-        write_report(folder, reference="2,1", attach=False)
-    with pytest.raises(report.ReportError, match="not among"):
-        write_report(folder, reference="4,4|rope", attach=False)
-    write_report(folder, reference="2,1|nope", attach=False)
-    summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
+    with pytest.raises(ReportError, match="MAP\\|PE"):
+        write_report(folder, reference="2,1")
+    with pytest.raises(ReportError, match="not among"):
+        write_report(folder, reference="4,4|rope")
+    assert write_report(folder, reference="1,2").summary.set_index("candidate").loc["1,2|rope",
+                                                                                     "diff_to_reference"] == 0
+    summary = write_report(folder, reference="2,1|nope").summary.set_index("candidate")
     assert summary.loc["2,1|nope", "diff_to_reference"] == 0
+
+
+def test_planned_comparisons_from_the_cli_and_from_study_json(realistic, tmp_path):
+    folder = tmp_path / "plan"
+    shutil.copytree(realistic[0], folder)
+    assert main([str(folder), "--planned", "4,2,1,1/2,2,2,2", "all/1,1,1,1", "--no-attach"]) == 0
+    planned = pd.read_csv(folder / "planned.csv")
+    assert len(planned) == 1 + 7  # one named pair + every other successful candidate vs the baseline
+    assert set(planned["against"]) == {"2,2,2,2|rope", "1,1,1,1|rope"}
+    assert "Planned comparisons" in (folder / "report.html").read_text() and "corrected over these 8 only" in \
+        (folder / "report.html").read_text()
+    # deeper maps are ~1 ppl better than the baseline with tiny noise: found even after correction
+    vs_base = planned[planned["against"] == "1,1,1,1|rope"].set_index("candidate")
+    assert vs_base.loc["4,2,1,1|rope", "significant"] and vs_base.loc["4,2,1,1|rope", "mean_diff"] < 0
+
+    # registered with the search (study.json, older A:B form) -> used without the flag
+    (folder / "study.json").write_text(json.dumps(study_info("plan", 5, planned=["3,2,2,1:2,2,2,2"])))
+    assert main([str(folder), "--no-attach"]) == 0
+    assert len(pd.read_csv(folder / "planned.csv")) == 1
+    assert main([str(folder), "--planned", "9,9,9,9/1,1,1,1", "--no-attach"]) == 2
 
 
 # ---------------------------------------------------------------------------- units
@@ -255,6 +470,10 @@ def test_pareto_optimal():
     assert list(pareto_optimal([1, 1, 1], [5, 5, 6])) == [True, True, False]
     assert list(pareto_optimal([], [])) == []
     assert list(pareto_optimal([2.0], [3.0])) == [True]
+
+
+def test_inline_escapes_and_marks_code():
+    assert inline("`a<b|rope` beats p < 0.001") == "<code>a&lt;b|rope</code> beats p &lt; 0.001"
 
 
 def _summary(rows):
@@ -316,37 +535,3 @@ def test_sentences_single_candidate_and_single_seed():
                   ("1,1|rope", 1, 9.5, np.nan, np.nan, 1.0, 0.0, np.nan, True, 0)])
     out = result_sentences(s, "2,1|rope", "1,1|rope", 0.05, family_size=0)
     assert "descriptive only" in out[1] and len(out) == 2
-
-
-def test_realistic_study_finds_the_planted_winners(tmp_path):
-    folder = make_study(tmp_path / "ilr4", realistic_results(), budget=900_000)
-    page = write_report(folder, attach=False).read_text(encoding="utf-8")
-    summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
-    top = set(summary.index[summary["in_top_group"]])
-    assert "4,2,1,1|rope" in top and "1,1,1,1|rope" not in top and "2,1,1,1|rope" not in top
-    assert summary.loc["4,2,1,1|rope", "p_vs_reference"] < 0.05
-    assert summary.loc["1,1,1,1|rope", "pareto_optimal"]  # cheapest
-    assert "<code>4,4,1,1|rope</code> failed on all 5 seeds" in page
-    with open(folder / "summary.csv", newline="") as f:
-        assert len(list(csv.DictReader(f))) == 9
-
-
-def test_planned_comparisons_from_the_cli_and_from_study_json(tmp_path):
-    folder = make_study(tmp_path / "plan", realistic_results())
-    assert report.main([str(folder), "--planned", "4,2,1,1:2,2,2,2", "all:1,1,1,1", "--no-attach"]) == 0
-    planned = pd.read_csv(folder / "planned.csv")
-    assert len(planned) == 1 + 7  # one named pair + every other successful candidate vs the baseline
-    assert set(planned["against"]) == {"2,2,2,2|rope", "1,1,1,1|rope"}
-    html_text = (folder / "report.html").read_text()
-    assert "Planned comparisons" in html_text and "corrected over these 8 only" in html_text
-    # deeper maps are ~1 ppl better than the baseline with tiny noise: found even after correction
-    vs_base = planned[planned["against"] == "1,1,1,1|rope"].set_index("candidate")
-    assert vs_base.loc["4,2,1,1|rope", "significant"] and vs_base.loc["4,2,1,1|rope", "mean_diff"] < 0
-
-    # registered with the search (study.json) -> used without the flag
-    info = json.loads((folder / "study.json").read_text())
-    info["planned"] = ["3,2,2,1:2,2,2,2"]
-    (folder / "study.json").write_text(json.dumps(info))
-    assert report.main([str(folder), "--no-attach"]) == 0
-    assert len(pd.read_csv(folder / "planned.csv")) == 1
-    assert report.main([str(folder), "--planned", "9,9,9,9:1,1,1,1", "--no-attach"]) == 2

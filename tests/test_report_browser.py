@@ -12,9 +12,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers import make_study, realistic_results
 
 from searchmaps.report import write_report
-from tests.test_report import make_study, realistic_results
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
@@ -42,7 +42,7 @@ def render(page: Path, profile: Path, screenshot: Path) -> tuple[str, str]:
 
 def test_report_renders_in_chromium_without_errors(tmp_path):
     study = make_study(tmp_path / "ilr4-rope-b9e5", realistic_results(), budget=900_000)
-    page = write_report(study, attach=False)
+    page = write_report(study).path
     n_figures = page.read_text(encoding="utf-8").count('class="plotly-graph-div"')
     assert n_figures == 3
     ARTIFACTS.mkdir(exist_ok=True)

@@ -1,10 +1,11 @@
 """The search end to end with real Ray and real Optuna storage, on tiny models.
 
-All in-process searches join one Ray instance started with ``ray start --head`` (the
-cluster path); the crash test runs the command as users do, with its own local Ray.
+In-process searches join one Ray instance started with ``ray start --head`` (the cluster
+path); tests that kill or interrupt the command run it as users do, with its own Ray.
+The study side without Ray (proposals, trial bookkeeping) is tested on a real SQLite
+storage at the bottom.
 """
 
-import csv
 import json
 import os
 import signal
@@ -19,88 +20,144 @@ import pytest
 from optuna.trial import TrialState
 
 from searchmaps import flops
-from searchmaps.config import ModelConfig
+from searchmaps.config import Candidate, ConfigError, ModelConfig, ReuseMap
+from searchmaps.ledger import Ledger
+from searchmaps.plan import SearchPlan
+from searchmaps.results import read_runs
 from searchmaps.run import main
-from tests.conftest import ENV, free_port
+from searchmaps.scheduler import WAIT, RacingRule, Scheduler
+from searchmaps.spaces import load_space
+from searchmaps.study import SearchStudy
+
 
 def tiny_flops(reuse: str) -> int:
     return flops.flops_per_token(ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32).with_map(reuse))
 
 
+BUDGET = str(tiny_flops("2,1"))  # applied depth <= 3: maps 1,1  2,1  1,2; block:2 (depth 4) is out
+MAPS = {"1,1", "2,1", "1,2"}
+
+
 def common(space_file, results, *extra):
-    # budget: applied depth <= 3 -> 1,1  2,1  1,2  (3 maps); block:2 (depth 4) is out
-    return ["--space", str(space_file), "--budget-flops", str(tiny_flops("2,1")), "--results-dir", str(results),
+    return ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results),
             "--compile", "off", "--precision", "fp32", "--quiet", "--no-report", *extra]
 
 
-def read_runs(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+def trials(results, study, storage=None):
+    s = optuna.load_study(study_name=study, storage=storage or f"sqlite:///{results}/{study}/optuna.db")
+    return s.get_trials(deepcopy=False)
+
+
+def assert_each_pair_once(rows, maps=MAPS, seeds=2):
+    ok = [r for r in rows if r.status.value != "crashed"]
+    keys = [(r.map, r.seed) for r in ok]
+    assert sorted(keys) == sorted((m, s) for m in maps for s in range(seeds)), keys  # every pair, none twice
+
+
+def assert_study_closed(ts, maps=MAPS):
+    assert not [t.number for t in ts if t.state == TrialState.RUNNING]
+    done = [t.user_attrs["map"] for t in ts if t.state == TrialState.COMPLETE]
+    assert sorted(done) == sorted(maps)  # each candidate told COMPLETE exactly once
+
+
+# ---------------------------------------------------------------------------- in-process, shared Ray
 
 
 def test_search_end_to_end_on_a_ray_cluster(ray_cluster, space_file, tmp_path, capsys):
     results = tmp_path / "results"
     argv = common(space_file, results, "--seeds", "2", "--study", "s1", "--ray-address", ray_cluster)
     assert main(argv) == 0
-    err = capsys.readouterr().err
-    assert "space tiny: 10 maps, 3 within" in err
+    err = capsys.readouterr()
+    assert "space tiny: 10 maps, 3 within" in err.err
+    assert "top group" in err.out and "perplexity" in err.out  # the answer, not just a table
 
     study = optuna.load_study(study_name="s1", storage=f"sqlite:///{results}/s1/optuna.db")
     assert study.metric_names == ["val_ppl", "flops_per_token"]
     done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert sorted(t.user_attrs["map"] for t in done) == ["1,1", "1,2", "2,1"]
+    assert sorted(t.user_attrs["map"] for t in done) == sorted(MAPS)
     for t in done:
         u = t.user_attrs
         assert len(u["val_ppl_per_seed"]) == 2 and u["seeds"] == [0, 1]
         assert t.values[0] == pytest.approx(sum(u["val_ppl_per_seed"]) / 2)
         assert t.values[1] == tiny_flops(u["map"]) == u["flops_per_token"]
         assert u["kv_bytes_per_token"] > 0 and u["tokens"] == 2048 and u["train_flops"] > 0
-        assert t.params["pe"] == "rope"
+        assert t.params["pe"] == "rope" and t.params["kind"] == "ilr"
 
     rows = read_runs(results / "s1" / "runs.csv")
-    assert len(rows) == 6
-    assert len({(r["config_hash"], r["seed"]) for r in rows}) == 6
-    assert all(r["status"] == "ok" and r["config.model.d_model"] == "32" for r in rows)
-    # seeds are paired: seed s of every map saw the same data order (same hash of config apart from map)
-    assert {r["seed"] for r in rows} == {"0", "1"}
+    assert_each_pair_once(rows)
+    assert all(r.status.value == "ok" and r.config["model.d_model"] == 32 and r.study == "s1" for r in rows)
+    # paired seeds: seed s of every map starts from the same draw and sees the same batches
+    assert len({r.config_hash for r in rows}) == 3
+    info = json.loads((results / "s1" / "study.json").read_text())
+    assert info["storage"] == "sqlite:///optuna.db"  # relative: the folder can move
 
     # running the same command again trains nothing and changes nothing
     before = (results / "s1" / "runs.csv").read_bytes()
     assert main(argv) == 0
     assert (results / "s1" / "runs.csv").read_bytes() == before
-    assert "0 trainings" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "nothing to train" in err and "Traceback" not in err and "outside training" not in err
 
 
 def test_failed_trainings_are_recorded_and_the_study_goes_on(ray_cluster, space_file, tmp_path):
     results = tmp_path / "results"
-    argv = common(space_file, results, "--seeds", "1", "--study", "nan", "--lr", "1e12",
-                  "--ray-address", ray_cluster)
+    argv = common(space_file, results, "--seeds", "1", "--study", "nan", "--lr", "1e12", "--ray-address", ray_cluster)
     assert main(argv) == 0
     rows = read_runs(results / "nan" / "runs.csv")
-    assert len(rows) == 3 and all(r["status"] == "failed" and "non-finite" in r["error"] for r in rows)
-    study = optuna.load_study(study_name="nan", storage=f"sqlite:///{results}/nan/optuna.db")
-    failed = [t for t in study.trials if t.state == TrialState.FAIL]
+    assert len(rows) == 3 and all(r.status.value == "failed" and "non-finite" in r.error for r in rows)
+    failed = [t for t in trials(results, "nan") if t.state == TrialState.FAIL]
     assert len(failed) == 3 and all("non-finite" in t.user_attrs["error"] for t in failed)
 
 
-def test_optimiser_respects_the_budget(ray_cluster, space_file, tmp_path):
+def test_an_optimiser_trains_only_maps_of_the_space_within_the_budget(ray_cluster, space_file, tmp_path, capsys):
     results = tmp_path / "results"
     argv = common(space_file, results, "--seeds", "1", "--study", "tpe", "--sampler", "tpe", "--trials", "3",
                   "--ray-address", ray_cluster)
     assert main(argv) == 0
-    study = optuna.load_study(study_name="tpe", storage=f"sqlite:///{results}/tpe/optuna.db")
-    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert len(done) == 3 and len({t.user_attrs["map"] for t in done}) == 3
-    assert all(t.values[1] <= tiny_flops("2,1") for t in done)
-    pruned = [t for t in study.trials if t.state == TrialState.PRUNED]
+    ts = trials(results, "tpe")
+    done = [t for t in ts if t.state == TrialState.COMPLETE]
+    assert len(done) == 3 and {t.user_attrs["map"] for t in done} == MAPS  # only 3 maps fit
+    pruned = [t for t in ts if t.state == TrialState.PRUNED]
     assert all("budget" in t.user_attrs["reason"] or "duplicate" in t.user_attrs["reason"] for t in pruned)
+    # the same command again resumes to 3 candidates: it does not train 3 more
+    capsys.readouterr()
+    assert main(argv) == 0
+    assert len(read_runs(results / "tpe" / "runs.csv")) == 3
+    assert "nothing to train" in capsys.readouterr().err
 
 
-def test_dashboard_serves_the_study(ray_cluster, space_file, tmp_path):
+def test_racing_trains_exactly_what_its_rule_asks_for(ray_cluster, space_file, tmp_path):
+    """Replay the racing rule on the rows the search wrote: every unit it asks for is in
+    runs.csv, nothing else is, and a candidate with fewer seeds is one racing dropped."""
+    results = tmp_path / "results"
+    argv = common(space_file, results, "--seeds", "4", "--racing", "--race-start-seeds", "2", "--study", "race",
+                  "--ray-address", ray_cluster)
+    assert main(argv) == 0
+    rows = read_runs(results / "race" / "runs.csv")
+    by_key = {(r.label, r.seed): r for r in rows}
+    assert len(by_key) == len(rows)
+    plan = SearchPlan(space=load_space(str(space_file)), budget_flops=float(BUDGET), study="race", seeds=4)
+    replay = Scheduler(seeds=4, candidates=plan.candidates, racing=RacingRule(2))
+    asked = []
+    while (unit := replay.next()) is not None:
+        assert unit is not WAIT
+        asked.append(unit)
+        replay.add_rows([by_key[(unit.candidate.label, unit.seed)]])  # KeyError: the search skipped a unit
+    assert len(asked) == len(rows)  # and trained nothing the rule did not ask for
+    events = {e.candidate.label: e for e in replay.take_events()}
+    for t in trials(results, "race"):
+        if t.state == TrialState.COMPLETE:
+            label = t.user_attrs["candidate"]
+            assert t.user_attrs["seeds"] == [r.seed for r in events[label].rows]
+            assert t.user_attrs.get("dropped_by_racing", "") == events[label].dropped
+            assert (len(t.user_attrs["seeds"]) < 4) == bool(events[label].dropped)
+
+
+def test_dashboard_serves_the_study(ray_cluster, space_file, tmp_path, port_factory):
     results = tmp_path / "results"
     assert main(common(space_file, results, "--seeds", "1", "--study", "dash", "--trials", "2",
                        "--ray-address", ray_cluster)) == 0
-    port = free_port()
+    port = port_factory()
     dash = subprocess.Popen([str(Path(sys.executable).parent / "optuna-dashboard"),
                              f"sqlite:///{results}/dash/optuna.db", "--port", str(port), "--host", "127.0.0.1"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -117,51 +174,132 @@ def test_dashboard_serves_the_study(ray_cluster, space_file, tmp_path):
         (info,) = [s for s in studies if s["study_name"] == "dash"]
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/studies/{info['study_id']}?after=0", timeout=10) as r:
             detail = json.load(r)
-        trials = [t for t in detail["trials"] if t["state"] == "Complete"]
-        assert len(trials) == 2
+        done = [t for t in detail["trials"] if t["state"] == "Complete"]
+        assert len(done) == 2
         assert detail["objective_names"] == ["val_ppl", "flops_per_token"]
-        assert {a["key"] for a in trials[0]["user_attrs"]} >= {"map", "val_ppl_per_seed", "kv_bytes_per_token"}
+        assert {a["key"] for a in done[0]["user_attrs"]} >= {"map", "val_ppl_per_seed", "kv_bytes_per_token"}
     finally:
         dash.terminate()
         dash.wait(timeout=10)
 
 
-def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path):
+# ---------------------------------------------------------------------------- as users run it
+
+
+def run_cli(env, *args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "searchmaps.run", *args], capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def start_cli(env, *args, kill_at=None):
+    env = dict(env, SEARCHMAPS_KILL_AT=kill_at) if kill_at else env
+    return subprocess.Popen([sys.executable, "-m", "searchmaps.run", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path, ray_env):
     """A real run with its own local Ray, killed mid-way, then the same command again."""
     results = tmp_path / "results"
-    cmd = [sys.executable, "-m", "searchmaps.run", *common(space_file, results, "--seeds", "2", "--study", "k",
-                                                           "--workers", "2")]
+    args = common(space_file, results, "--seeds", "2", "--study", "k", "--workers", "2")
     runs = results / "k" / "runs.csv"
-    proc = subprocess.Popen(cmd, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = start_cli(ray_env, *args)
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
-        if runs.exists() and len(read_runs(runs)) >= 2:
+        if len(read_runs(runs)) >= 2:
             break
         time.sleep(0.2)
-    assert proc.poll() is None, proc.communicate()[1].decode()[-2000:]
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
     os.kill(proc.pid, signal.SIGKILL)  # the driver only: Ray's own processes must cope
     proc.wait()
-    before = read_runs(runs)
-    assert 2 <= len(before) < 6
+    before = runs.read_bytes()
+    assert 2 <= len(read_runs(runs)) < 6
 
-    out = subprocess.run(cmd, env=ENV, capture_output=True, text=True, timeout=600)
+    out = run_cli(ray_env, *args)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = read_runs(runs)
-    keys = [(r["config_hash"], r["seed"]) for r in rows]
-    assert len(rows) == 6 and len(set(keys)) == 6  # every expected row, none twice
-    assert rows[: len(before)] == before  # appended, never rewritten
-    study = optuna.load_study(study_name="k", storage=f"sqlite:///{results}/k/optuna.db")
-    assert not [t for t in study.trials if t.state == TrialState.RUNNING]
-    done = {t.user_attrs["map"] for t in study.trials if t.state == TrialState.COMPLETE}
-    assert done == {"1,1", "2,1", "1,2"}
+    assert_each_pair_once(rows)
+    assert runs.read_bytes().startswith(before)  # appended, never rewritten
+    assert_study_closed(trials(results, "k"))
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_fault_injection_kills_at_every_point_lose_and_repeat_nothing(space_file, tmp_path, ray_env, storage,
+                                                                      request):
+    """Kill -9 the driver (or its whole process group, local Ray included) at Ray start-up,
+    after a claim, between storing a result and runs.csv, after telling a trial and during
+    the report; after each, run the same command again. At the end every (candidate, seed)
+    is in runs.csv exactly once and every candidate is told exactly once."""
+    url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
+    results = tmp_path / "results"
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--seeds", "2", "--study", "f", "--workers", "2"]
+    if url:
+        args += ["--storage", url]
+    kills = ["ray-start", "claimed:2:group", "recorded:1", "told:1:group", "recorded:2:group", "report"]
+    for kill in kills:
+        proc = start_cli(ray_env, *args, kill_at=kill)
+        out, err = proc.communicate(timeout=600)
+        if proc.returncode == 0:  # nothing was left to reach that point
+            continue
+        assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert "Traceback" not in final.stderr
+    assert_each_pair_once(read_runs(results / "f" / "runs.csv"))
+    assert_study_closed(trials(results, "f", url))
+    assert (results / "f" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_two_drivers_on_one_study_split_the_work(space_file, tmp_path, ray_env, storage, request):
+    """Two identical commands started at the same instant on one study: every pair is
+    trained exactly once, both exit 0, and each folder's runs.csv holds every row once."""
+    url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
+    folders = [tmp_path / "a", tmp_path / "b"] if url else [tmp_path / "a", tmp_path / "a"]
+    procs = []
+    for results in folders:
+        args = common(space_file, results, "--seeds", "2", "--study", "two", "--workers", "1")
+        procs.append(start_cli(ray_env, *(args + (["--storage", url] if url else []))))
+    outs = [p.communicate(timeout=600) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "Traceback" not in err and "IntegrityError" not in err
+    for results in set(folders):
+        rows = read_runs(results / "two" / "runs.csv")
+        assert_each_pair_once(rows)
+        assert (results / "two" / "runs.csv").read_text().count("run_id,") == 1  # one header
+    ts = trials(folders[0], "two", url)
+    assert_study_closed(ts)
+    trained_by = {r.run_id: r.host for r in read_runs(folders[0] / "two" / "runs.csv")}
+    assert len(trained_by) == 6
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_file, tmp_path, ray_env, sig, code):
+    results = tmp_path / "results"
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--seeds", "3", "--study", "i", "--workers", "1"]
+    runs = results / "i" / "runs.csv"
+    proc = start_cli(ray_env, *args)
+    deadline = time.time() + 240
+    while time.time() < deadline and proc.poll() is None and len(read_runs(runs)) < 1:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == code, err[-3000:]
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert "interrupted" in lines[-1] and "run the same command again to resume" in lines[-1]
+    assert "Traceback" not in err and "***" not in err and "Tuner.restore" not in err
+    assert not (results / "i" / "report.html").exists()  # no report from a partial study
+    assert not [t for t in trials(results, "i") if t.state == TrialState.RUNNING]
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert_each_pair_once(read_runs(runs), seeds=3)
+    assert_study_closed(trials(results, "i"))
 
 
 # ---------------------------------------------------------------------------- bad input
-
-
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "searchmaps.run", *args], capture_output=True, text=True,
-                          timeout=120, env=ENV)
 
 
 @pytest.mark.parametrize("extra, flag", [
@@ -176,31 +314,59 @@ def run_cli(*args):
     (["--data", "/no/such/file.txt"], "--data"),
     (["--workers", "0"], "--workers"),
     (["--train-flops", "1e3"], "--train-flops"),
+    (["--planned", "4,4/1,1"], "--planned"),
+    (["--planned", "1,1-2,1"], "--planned"),
+    (["--racing", "--sampler", "tpe"], "--racing"),
+    (["--storage", "postgresql://u:pw@127.0.0.1:1/db"], "--storage"),
+    (["--storage", "nonsense"], "--storage"),
+    (["--storage", "mysql://u:p@localhost/db"], "--storage"),
+    (["--storage", "sqlite:////proc/x/optuna.db"], "--storage"),
 ])
-def test_bad_flags_are_one_line_exit_2(space_file, tmp_path, extra, flag):
+def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, ray_env, extra, flag):
     args = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path)]
-    out = run_cli(*args, *extra)
+    out = run_cli(ray_env, *args, *extra, timeout=120)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in out.stderr, out.stderr
+    assert not list(tmp_path.rglob("ray"))  # nothing started
 
 
-def test_unwritable_results_dir(space_file, tmp_path):
+def test_a_planned_block_map_on_the_left_is_read(space_file, tmp_path, ray_env):
+    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path),
+                  "--planned", "block:2:1,1", "2,1/block:2", "--dry-run", timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_damaged_study_folder_is_one_line_exit_2(space_file, tmp_path, ray_env):
+    study = tmp_path / "s"
+    study.mkdir()
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(tmp_path), "--study", "s",
+            "--compile", "off", "--quiet"]
+    (study / "study.json").write_text("")
+    out = run_cli(ray_env, *args, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "study.json" in out.stderr
+    (study / "study.json").unlink()
+    (study / "runs.csv").write_bytes(b"run_id,map,pe,seed,status\n\x00\x01\x02garbage\n")
+    out = run_cli(ray_env, *args, timeout=120)
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "runs.csv" in out.stderr
+
+
+def test_unwritable_results_dir(space_file, tmp_path, ray_env):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    out = run_cli("--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"))
+    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"))
     assert out.returncode == 2 and "--results-dir" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_malformed_space_file(tmp_path):
+def test_malformed_space_file(tmp_path, ray_env):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[maps]\nrepeats = [3, 1]\n')
-    out = run_cli("--space", str(bad), "--budget-flops", "1e9")
+    out = run_cli(ray_env, "--space", str(bad), "--budget-flops", "1e9")
     assert out.returncode == 2 and "repeats" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
-def test_dry_run_lists_candidates_with_costs(space_file):
-    out = run_cli("--space", str(space_file), "--budget-flops", str(tiny_flops("2,1")), "--dry-run")
+def test_dry_run_lists_candidates_with_costs(space_file, ray_env):
+    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 + 3
@@ -208,39 +374,88 @@ def test_dry_run_lists_candidates_with_costs(space_file):
     assert str(f"{tiny_flops('2,1'):,}") in out.stdout
 
 
-def test_racing_gives_extra_seeds_only_to_survivors(ray_cluster, space_file, tmp_path):
-    results = tmp_path / "results"
-    argv = common(space_file, results, "--seeds", "4", "--racing", "--race-start-seeds", "2", "--study", "race",
-                  "--ray-address", ray_cluster)
-    assert main(argv) == 0
-    rows = read_runs(results / "race" / "runs.csv")
-    study = optuna.load_study(study_name="race", storage=f"sqlite:///{results}/race/optuna.db")
-    done = [t for t in study.trials if t.state == TrialState.COMPLETE]
-    assert len(done) == 3
-    for t in done:
-        seeds = sorted(int(r["seed"]) for r in rows if r["candidate"] == t.user_attrs["candidate"])
-        assert seeds == list(range(len(seeds))) and 2 <= len(seeds) <= 4  # paired: seeds 0..n-1
-        assert t.user_attrs["seeds"] == seeds
-        if len(seeds) < 4:  # stopped early only when racing dropped it
-            assert "worse than" in t.user_attrs["dropped_by_racing"]
-    assert len(rows) <= 3 * 4
+# ---------------------------------------------------------------------------- the plan and the study, no Ray
 
 
-def test_racing_needs_a_fixed_candidate_list(space_file, tmp_path):
-    out = run_cli("--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path),
-                  "--racing", "--sampler", "tpe")
-    assert out.returncode == 2 and "--racing" in out.stderr
+def plan_of(space, tmp_path, **kw):
+    kw.setdefault("budget_flops", 1e12)
+    return SearchPlan(space=space, study="p", results_dir=tmp_path, **kw)
 
 
 def test_random_sampler_pairs_every_map_with_every_pe(space_file, tmp_path):
-    from searchmaps.search import SearchSettings, target_candidates
-    from searchmaps.spaces import load_space
-
-    space = load_space(str(space_file))
-    s = SearchSettings(space=space, budget_flops=1e12, pes=("rope", "alibi"), seeds=1, sampler="random",
-                       trials=6, study="x", results_dir=tmp_path)
-    cands = target_candidates(s)
-    assert len(cands) == 6 and len({c.key for c in cands}) == 6
+    p = plan_of(load_space(str(space_file)), tmp_path, pes=("rope", "alibi"), seeds=1, sampler="random", trials=6)
+    cands = p.candidates
+    assert len(cands) == 6 and len(set(cands)) == 6
     maps = {str(c.reuse) for c in cands}
     assert len(maps) == 3 and all({c.pe for c in cands if str(c.reuse) == m} == {"rope", "alibi"} for m in maps)
-    assert target_candidates(s) == cands  # the search seed fixes the sample
+    assert plan_of(load_space(str(space_file)), tmp_path, pes=("rope", "alibi"), seeds=1, sampler="random",
+                   trials=6).candidates == cands  # the search seed fixes the sample
+
+
+def test_d_model_override_keeps_the_swiglu_width_at_four_times_d(tmp_path):
+    space = load_space("ilr4").with_overrides(model={"d_model": 32})
+    assert space.model.ffn_hidden == 128  # what searchmaps.train --d-model 32 builds
+    explicit = load_space("ilr4").with_overrides(model={"d_model": 32, "ffn_hidden": 96})
+    assert explicit.model.ffn_hidden == 96
+
+
+def study_of(plan):
+    ledger = Ledger(plan.storage_url, plan.study)
+    ledger.register()
+    return SearchStudy(plan, ledger)
+
+
+def propose_all(study, limit=100):
+    out = []
+    for _ in range(limit):
+        c = study.propose()
+        if c is None:
+            return out
+        out.append(c)
+    raise AssertionError("propose never said it was done")
+
+
+def test_an_optimiser_without_trials_stops_at_32_and_a_rerun_resumes_to_32(tmp_path):
+    plan = plan_of(load_space("deep8"), tmp_path, budget_flops=1e12, sampler="tpe", seeds=1)
+    (tmp_path / "p").mkdir()
+    first = propose_all(study_of(plan))
+    assert len(first) == 32 == len(set(first))
+    assert all(plan.feasible(c) for c in first)
+    assert propose_all(study_of(plan)) == []  # the same command again: the study already has its 32
+
+
+def test_an_optimiser_on_a_listed_space_proposes_only_listed_maps(tmp_path):
+    space = load_space("ilr-table1")
+    plan = plan_of(space, tmp_path, budget_flops=1e12, sampler="tpe", seeds=1)
+    (tmp_path / "p").mkdir()
+    got = propose_all(study_of(plan))
+    assert {c.reuse for c in got} == set(space.maps)  # all 11, nothing else, then it stops
+
+
+def test_a_trial_is_opened_in_one_write_and_abandoned_ones_are_closed(tmp_path, space_file):
+    plan = plan_of(load_space(str(space_file)), tmp_path, seeds=1)
+    (tmp_path / "p").mkdir()
+    study = study_of(plan)
+    c = plan.candidates[0]
+    number = study.open(c)
+    t = study.study.trials[number]
+    assert t.state == TrialState.RUNNING and t.user_attrs["candidate"] == c.label and "driver" in t.user_attrs
+    assert study.open(c) == number  # one trial per candidate
+    orphan = study.study.ask()  # a driver killed between asking and registering
+    orphan.set_user_attr("driver", "vm:1:dead")
+    study.ledger.stop()
+    fresh = study_of(plan)
+    assert fresh.recover() == 2  # the stopped driver's open candidate, and the orphan
+    states = {t.number: t.state for t in fresh.study.trials}
+    assert states[number] == TrialState.FAIL and states[orphan.number] == TrialState.FAIL
+    reopened = fresh.open(c)
+    assert reopened != number and fresh.study.trials[reopened].state == TrialState.RUNNING
+
+
+def test_planned_comparisons_are_checked_against_the_candidates(space_file, tmp_path):
+    space = load_space(str(space_file))
+    assert plan_of(space, tmp_path, budget_flops=float(BUDGET), planned=("2,1/1,1", "all:1,1")).planned
+    with pytest.raises(ConfigError, match="--planned"):
+        plan_of(space, tmp_path, budget_flops=float(BUDGET), planned=("block:2/1,1",))  # over the budget
+    tpe = plan_of(space, tmp_path, budget_flops=float(BUDGET), sampler="tpe", planned=("2,1:1,1",))
+    assert tpe.candidates is None and tpe.feasible(Candidate(ReuseMap((2, 1)), "rope"))

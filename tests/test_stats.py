@@ -3,38 +3,28 @@ power on simulated studies (8 candidates; a run scores true mean + a per-seed
 offset shared by every candidate (sd 2) + independent noise (sd 1), so effects
 below are in units of the independent noise sd)."""
 
+import inspect
 import itertools
 
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import long_rows, se
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
+from searchmaps import racing
 from searchmaps import stats as S
 
 NAMES8 = ["1,1,1,1|rope", "2,1,1,1|rope", "2,2,1,1|rope", "3,1,1,1|rope",
           "4,1,1,1|rope", "4,2,1,1|rope", "block:2|rope", "8,1,1,1|rope"]
 
 
-def long_rows(values, names, metric="val_ppl"):
-    """Long result rows from a seeds x candidates array (NaN = missing run)."""
-    values = np.asarray(values, dtype=float)
-    n, k = values.shape
-    df = pd.DataFrame({"candidate": np.tile(np.asarray(names, dtype=object), n),
-                       "seed": np.repeat(np.arange(n), k), metric: values.ravel()})
-    return df.dropna().reset_index(drop=True)
-
-
 def study(rng, means, n_seeds, seed_sd=2.0, noise_sd=1.0):
     means = np.asarray(means, dtype=float)
     x = means + seed_sd * rng.normal(size=(n_seeds, 1)) + noise_sd * rng.normal(size=(n_seeds, means.size))
     return long_rows(x, NAMES8[: means.size])
-
-
-def se(p, n):
-    return np.sqrt(p * (1 - p) / n)
 
 
 # Obvious case: 3 maps x 8 seeds. Seeds differ a lot (offset 10..60) but within a
@@ -44,6 +34,8 @@ OFFSET = np.array([10.0, 30, 20, 50, 40, 60, 15, 25])
 WIGGLE = np.array([1.0, -1, 1, -1, 1, -1, 1, -1])
 OBVIOUS = long_rows(np.column_stack([OFFSET, OFFSET - 1 + 0.1 * WIGGLE, OFFSET + 3 + 0.2 * WIGGLE]),
                     ["1,1,1,1|rope", "4,2,1,1|rope", "2,2,1,1|rope"])
+OBVIOUS["map"] = OBVIOUS["candidate"].map({"1,1,1,1|rope": "1,1,1,1", "4,2,1,1|rope": "4,2,1,1",
+                                           "2,2,1,1|rope": "2,2,1,1"})
 
 
 # --------------------------------------------------------------------------- shape
@@ -59,9 +51,14 @@ def test_to_matrix_marks_missing_and_rejects_duplicates():
         S.to_matrix(df, "val_loss")
 
 
-def test_reference_is_the_all_ones_map():
-    assert S.reference_candidate(["4,2,1,1|rope", "1,1,1,1|rope", "block:2|rope"]) == "1,1,1,1|rope"
-    assert S.reference_candidate(["4,2,1,1|rope", "block:2|rope"]) is None
+def test_reference_is_the_all_ones_map_read_from_the_map_column():
+    rows = pd.DataFrame({"candidate": ["deep", "base", "loop"], "map": ["4,2,1,1", "1,1,1,1", "block:2"],
+                         "seed": 0, "val_ppl": 1.0})
+    assert S.reference_candidate(rows) == "base"  # the label says nothing; the map field does
+    assert S.reference_candidate(rows[rows.candidate != "base"]) is None
+    assert S.reference_candidate(rows.drop(columns="map")) is None  # rows without maps have no baseline
+    # a label whose text before "|" looks all-ones does not make a baseline
+    assert S.reference_candidate(pd.DataFrame({"candidate": ["1,1|rope"], "map": ["2,1"]})) is None
 
 
 # --------------------------------------------------------------------------- hand-checkable
@@ -80,20 +77,32 @@ def test_summarize_hand_values():
 
 
 def test_signflip_all_positive_n5_is_2_over_32():
-    r = S.paired_test([1, 2, 3, 4, 5], [0, 0, 0, 0, 0])
+    r = S.paired_test([1, 2, 3, 4, 5], [0, 0, 0, 0, 0], method="signflip")
     assert r["n"] == 5 and r["mean_diff"] == 3.0
     assert r["p_value"] == 2 / 32  # only +++++ and ----- are as extreme: 0.0625
     half = stats.t.ppf(0.975, 4) * np.sqrt(2.5) / np.sqrt(5)  # 2.776 * 0.7071 = 1.963
     assert (r["diff_ci_low"], r["diff_ci_high"]) == pytest.approx((3 - half, 3 + half))
-    assert r["p_ttest"] == pytest.approx(stats.ttest_rel([1, 2, 3, 4, 5], [0] * 5).pvalue)  # 0.0132
     assert S.paired_test([1, 2, 3, 4, 5], [0] * 5, method="wilcoxon")["p_value"] == 0.0625
     assert S.paired_test([1, 2, 3, 4, 5], [0] * 5, method="ttest")["p_value"] == pytest.approx(0.013236, abs=1e-6)
+
+
+def test_the_default_test_is_the_paired_t_test_everywhere():
+    for f in (S.paired_test, S.compare, S.top_group, S.analyze, S.pairwise_pvalues, S.planned_comparisons,
+              racing.race_step):
+        assert inspect.signature(f).parameters["method"].default == "ttest", f.__name__
+    t = stats.ttest_rel([1, 2, 3, 4, 5], [0] * 5).pvalue  # 0.0132; the sign-flip floor is 0.0625
+    assert S.paired_test([1, 2, 3, 4, 5], [0] * 5)["p_value"] == pytest.approx(t)
+    assert S.analyze(OBVIOUS)["method"] == "ttest"
+    c = S.compare(OBVIOUS)
+    row = c[(c.candidate == "1,1,1,1|rope") & (c.against == "4,2,1,1|rope")].iloc[0]
+    mat = S.to_matrix(OBVIOUS)
+    assert row.p_value == pytest.approx(stats.ttest_rel(mat["1,1,1,1|rope"], mat["4,2,1,1|rope"]).pvalue)
 
 
 def test_signflip_mixed_signs_by_hand():
     # d = (1, -2, 3): the 8 sums +-1 +-2 +-3 are 6, 0, 2, -4, 4, -2, 0, -6 and 6 of
     # them have |sum| >= |1 - 2 + 3| = 2, so p = 6/8.
-    assert S.paired_test([1, -2, 3], [0, 0, 0])["p_value"] == 0.75
+    assert S.paired_test([1, -2, 3], [0, 0, 0], method="signflip")["p_value"] == 0.75
 
 
 def test_degenerate_cases():
@@ -131,6 +140,38 @@ def test_signflip_monte_carlo_above_16_seeds():
     assert p[0] == pytest.approx(2 / 10000)  # no random pattern as extreme: 2 * (0 + 1) / (9999 + 1)
 
 
+def test_wilcoxon_is_the_exact_signed_rank_test():
+    rng = np.random.default_rng(4)
+    d = rng.normal(0.4, 1.0, size=(60, 7))  # continuous: no ties, no zeros
+    ref = [stats.wilcoxon(row, method="exact").pvalue for row in d]
+    np.testing.assert_allclose(S.wilcoxon_pvalues(d), ref, rtol=1e-12)
+    # zeros are dropped: (0, 1, 2, 3, 4, 5) is five positive ranks, p = 2/2^5
+    assert S.wilcoxon_pvalues([[0.0, 1, 2, 3, 4, 5]])[0] == 2 / 32
+    # ties by hand: |d| = 1, 1, 2 -> mid-ranks 1.5, 1.5, 3, signed (+1.5, -1.5, +3), sum 3; of the 8
+    # sums +-1.5 +-1.5 +-3 (6, 3, 3, 0, 0, -3, -3, -6) six have |sum| >= 3: p = 6/8
+    assert S.wilcoxon_pvalues([[1.0, -1.0, 2.0]])[0] == 0.75
+
+
+def test_the_exact_tests_floor_and_whether_they_can_reject():
+    for n in (3, 5, 8):
+        all_positive = np.arange(1.0, n + 1)
+        assert S.min_pvalue("signflip", n) == S.min_pvalue("wilcoxon", n) == 2 / 2**n
+        assert S.paired_test(all_positive, np.zeros(n), method="signflip")["p_value"] == 2 / 2**n
+        assert S.paired_test(all_positive, np.zeros(n), method="wilcoxon")["p_value"] == 2 / 2**n
+    assert S.min_pvalue("ttest", 3) == 0.0 and S.min_pvalue("wilcoxon", 1) == 1.0
+    # 5 seeds, 55 pairs: 2/32 = 0.0625 > 0.05/55; 12 seeds are the fewest with 2/2^n <= 0.05/55
+    r = S.resolution("wilcoxon", 5, 0.05, 55)
+    assert not r["can_reject"] and r["min_p"] == 0.0625 and r["threshold"] == pytest.approx(0.05 / 55)
+    assert r["min_seeds"] == 12 and S.resolution("wilcoxon", 12, 0.05, 55)["can_reject"]
+    assert not S.resolution("signflip", 11, 0.05, 55)["can_reject"]
+    assert not S.resolution("signflip", 5, 0.05, 1)["can_reject"]  # not even a single test at 0.05
+    assert S.resolution("signflip", 6, 0.05, 1)["can_reject"]  # 2/64 = 0.031
+    assert S.resolution("ttest", 3, 0.05, 55)["can_reject"]
+    # analyze reports it for its own family: 3 pairs over 8 seeds, 2/256 <= 0.05/3
+    assert S.analyze(OBVIOUS, method="signflip")["resolution"]["can_reject"]
+    assert not S.analyze(OBVIOUS[OBVIOUS.seed < 6], method="wilcoxon")["resolution"]["can_reject"]
+
+
 def test_holm_known_values_and_agreement_with_statsmodels():
     # sorted 0.005, 0.01, 0.03, 0.04 times 4, 3, 2, 1 = 0.02, 0.03, 0.06, 0.04 -> running max
     np.testing.assert_allclose(S.adjust_pvalues([0.01, 0.04, 0.03, 0.005]), [0.03, 0.06, 0.06, 0.02])
@@ -144,9 +185,9 @@ def test_holm_known_values_and_agreement_with_statsmodels():
 
 
 def test_compare_obvious_case_by_hand():
-    c = S.compare(OBVIOUS)
+    c = S.compare(OBVIOUS, method="signflip")
     assert list(c.columns) == ["candidate", "against", "kind", "n_pairs", "mean_diff", "diff_ci_low",
-                               "diff_ci_high", "p_value", "p_ttest", "p_adjusted", "significant"]
+                               "diff_ci_high", "p_value", "p_adjusted", "significant"]
     got = {(r.candidate, r.against, r.kind): r for r in c.itertuples()}
     # best vs reference is already the vs_best row, so 3 rows cover the 3 pairs
     assert set(got) == {("1,1,1,1|rope", "4,2,1,1|rope", "vs_best"),
@@ -167,12 +208,44 @@ def test_compare_obvious_case_by_hand():
 
 
 def test_top_group_obvious_case_and_the_signflip_floor():
-    assert S.top_group(OBVIOUS) == ["4,2,1,1|rope"]
+    assert S.top_group(OBVIOUS, method="signflip") == ["4,2,1,1|rope"]
     six = OBVIOUS[OBVIOUS.seed < 6]
     # 6 seeds: best sign-flip p is 2/64, Holm over 3 pairs gives 3 * 2/64 = 0.094 > 0.05,
-    # so the exact test cannot separate anything; the t-test can.
-    assert S.top_group(six) == ["4,2,1,1|rope", "1,1,1,1|rope", "2,2,1,1|rope"]
-    assert S.top_group(six, method="ttest") == ["4,2,1,1|rope"]
+    # so the exact test cannot separate anything; the t-test (the default) can.
+    assert S.top_group(six, method="signflip") == ["4,2,1,1|rope", "1,1,1,1|rope", "2,2,1,1|rope"]
+    assert S.top_group(six) == ["4,2,1,1|rope"]
+
+
+def five_good_six_worse(rng, n_seeds=5, delta=5.0):
+    """5 equally good maps and 6 maps ``delta`` noise-sd worse."""
+    x = np.r_[np.zeros(5), np.full(6, delta)] + 2 * rng.normal(size=(n_seeds, 1)) + rng.normal(size=(n_seeds, 11))
+    return long_rows(x, [f"good{i}" for i in range(5)] + [f"worse{i}" for i in range(6)])
+
+
+def test_the_top_group_needs_family_wise_control():
+    # 5 equally good maps, 6 maps 5 noise-sd worse, 5 seeds, 300 studies: Holm dropped a good
+    # map from the top group in 0.3 % of them (1.0 % over 2000 studies); Benjamini-Hochberg,
+    # taking the same top-group rule, in 13 % (16 % over 2000), so top_group refuses it.
+    rng = np.random.default_rng(40)
+    lost_holm, lost_bh = [], []
+    for _ in range(300):
+        df = five_good_six_worse(rng)
+        good = {f"good{i}" for i in range(5)}
+        lost_holm.append(not good <= set(S.top_group(df)))
+        mat = S.to_matrix(df)
+        pairs = S.all_pairs(mat, correction="fdr_bh")
+        best = S.best_candidate(mat)
+        dropped = {c for c in mat.columns if c != best and S.oriented(pairs, c, best)["p_adjusted"] <= 0.05}
+        lost_bh.append(bool(good & dropped))
+    assert np.mean(lost_holm) <= 0.05  # a good map stays in the top group in >= 95 % of studies
+    assert np.mean(lost_bh) >= 0.10
+    for call in (lambda: S.top_group(df, correction="fdr_bh"), lambda: S.analyze(df, correction="fdr_bh"),
+                 lambda: S.top_group(df, correction=None)):
+        with pytest.raises(ValueError, match="family-wise"):
+            call()
+    assert S.top_group(df, correction="bonferroni")[0] == S.best_candidate(mat)
+    # the pairwise matrix alone may be corrected for the false discovery rate
+    assert S.pairwise_pvalues(df, correction="fdr_bh").shape == (11, 11)
 
 
 def test_pairwise_matrix_is_symmetric_and_matches_compare():
@@ -218,15 +291,14 @@ def test_detectable_difference_on_obvious_case():
     assert d["sd_diff"] == pytest.approx(0.1 * np.sqrt(8 / 7))
     assert (d["n_seeds"], d["n_comparisons"]) == (8, 3)
     assert d["mde"] == pytest.approx(S.min_detectable_effect(d["sd_diff"], 8, 0.05, 0.8, 3))
-    assert d["signflip_min_p"] == 2 / 256 and d["signflip_can_reject"]
-    assert d["signflip_min_seeds"] == 7  # 2 / 2**n <= 0.05 / 3  <=>  2**n >= 120
+    assert S.resolution("signflip", 8, 0.05, 3)["min_seeds"] == 7  # 2 / 2**n <= 0.05 / 3  <=>  2**n >= 120
     assert d["by_seeds"]["mde"].is_monotonic_decreasing
 
 
 def test_analyze_bundles_everything():
     a = S.analyze(OBVIOUS)
     assert {"summary", "comparisons", "friedman", "top_group", "pairwise", "mde", "best", "reference",
-            "family_size"} <= set(a)
+            "family_size", "resolution"} <= set(a)
     assert a["best"] == "4,2,1,1|rope" and a["reference"] == "1,1,1,1|rope"
     assert a["top_group"] == ["4,2,1,1|rope"] and a["family_size"] == 3
     assert a["friedman"]["statistic"] == pytest.approx(16.0)  # same ranks on all 8 seeds
@@ -329,11 +401,12 @@ def test_planned_comparisons_are_corrected_over_their_own_family():
     rows = [{"candidate": c, "seed": s, "val_ppl": v}
             for c, vals in {"A": base + [1, 2, 3, 4, 5], "B": base, "C": base + [0.5, -0.5, 0.2, -0.2, 0.1]}.items()
             for s, v in enumerate(vals)]
-    out = planned_comparisons(pd.DataFrame(rows), [("A", "B"), ("C", "B")], method="ttest")
+    out = planned_comparisons(pd.DataFrame(rows), [("A", "B"), ("C", "B")])
     p_ab = scipy.stats.ttest_rel([1, 2, 3, 4, 5], [0] * 5).pvalue  # 0.0132
     assert out.loc[0, "mean_diff"] == pytest.approx(3.0)
     assert out.loc[0, "p_value"] == pytest.approx(p_ab)
-    assert out.loc[0, "p_signflip"] == pytest.approx(2 / 32)
+    flip = planned_comparisons(pd.DataFrame(rows), [("A", "B"), ("C", "B")], method="signflip")
+    assert flip.loc[0, "p_value"] == pytest.approx(2 / 32)
     assert out.loc[0, "p_adjusted"] == pytest.approx(2 * p_ab)  # Holm over the 2 planned pairs
     assert bool(out.loc[0, "significant"]) and not bool(out.loc[1, "significant"])
     with pytest.raises(ValueError, match="D"):

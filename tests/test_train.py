@@ -4,13 +4,16 @@ import json
 import math
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from searchmaps import flops
 from searchmaps.config import ConfigError
+from searchmaps.results import Status, perplexity
+from searchmaps.schedule import cooldown_start
 from searchmaps.train import lr_at, plan_steps, train
-from tests.conftest import tiny_spec
+from helpers import tiny_spec
 
 RECORD_KEYS = {
     "map", "pe", "seed", "config_hash", "n_params", "flops_per_token", "train_flops_per_token",
@@ -22,17 +25,17 @@ RECORD_KEYS = {
 def test_record_is_self_describing(corpus):
     spec = tiny_spec("2,1", tokens=4096)
     rec = train(spec, corpus)
-    assert RECORD_KEYS <= set(rec)
-    assert rec["status"] == "ok" and rec["error"] == ""
-    assert rec["steps"] == 4096 // (4 * 32) == 32
-    assert rec["tokens"] == 4096
-    assert rec["train_flops"] == 4096 * flops.train_flops_per_token(spec.model)
-    assert rec["val_ppl"] == pytest.approx(math.exp(rec["val_loss"]))
-    assert rec["val_loss"] < math.log(256)  # it learned something
-    assert rec["config.model.reuse"] == "2,1" and rec["config.seed"] == 0
-    curve = json.loads(rec["curve"])
+    assert RECORD_KEYS <= set(rec.to_row())
+    assert rec.status is Status.OK and rec.error == ""
+    assert rec.steps == 4096 // (4 * 32) == 32
+    assert rec.tokens == 4096
+    assert rec.train_flops == 4096 * flops.train_flops_per_token(spec.model)
+    assert rec.val_ppl == pytest.approx(math.exp(rec.val_loss))
+    assert rec.val_loss < math.log(256)  # it learned something
+    assert rec.config["model.reuse"] == "2,1" and rec.config["seed"] == 0
+    curve = rec.curve
     assert [p["step"] for p in curve] == [6, 12, 18, 24, 30, 32]
-    assert curve[-1]["val_loss"] == rec["val_loss"]
+    assert curve[-1]["val_loss"] == rec.val_loss
 
 
 @pytest.mark.parametrize("pe", ["nope", "rope", "learned", "alibi"])
@@ -40,23 +43,23 @@ def test_record_is_self_describing(corpus):
 def test_same_seed_same_numbers(corpus, pe, reuse):
     a = train(tiny_spec(reuse, pe, seed=1, tokens=1024), corpus)
     b = train(tiny_spec(reuse, pe, seed=1, tokens=1024), corpus)
-    assert a["status"] == "ok"
-    assert a["curve"] == b["curve"] and a["train_loss"] == b["train_loss"]  # bit-identical
+    assert a.status is Status.OK
+    assert a.curve == b.curve and a.train_loss == b.train_loss  # bit-identical
 
 
 def test_different_seed_different_numbers(corpus):
     a = train(tiny_spec(seed=1, tokens=1024), corpus)
     b = train(tiny_spec(seed=2, tokens=1024), corpus)
-    assert a["val_loss"] != b["val_loss"]
+    assert a.val_loss != b.val_loss
 
 
 def test_compiled_bf16_default_mode_is_deterministic(corpus):
     a = train(tiny_spec("2,1", seed=3, tokens=1024, compile=True, precision="bf16"), corpus)
     b = train(tiny_spec("2,1", seed=3, tokens=1024, compile=True, precision="bf16"), corpus)
-    assert a["status"] == "ok", a["error"]
-    assert a["curve"] == b["curve"]
+    assert a.status is Status.OK, a.error
+    assert a.curve == b.curve
     eager = train(tiny_spec("2,1", seed=3, tokens=1024, compile=False, precision="bf16"), corpus)
-    assert eager["val_loss"] == pytest.approx(a["val_loss"], rel=0.02)  # same training, other kernels
+    assert eager.val_loss == pytest.approx(a.val_loss, rel=0.02)  # same training, other kernels
 
 
 def test_flop_matched_horizon_gives_heavier_maps_fewer_tokens(corpus):
@@ -68,9 +71,9 @@ def test_flop_matched_horizon_gives_heavier_maps_fewer_tokens(corpus):
     ratio = flops.flops_per_token(heavy.model) / flops.flops_per_token(light.model)
     assert plan_steps(heavy) == int(64 / ratio)
     rec = train(heavy, corpus)
-    assert rec["horizon"] == "train_flops" and rec["status"] == "ok"
-    assert rec["train_flops"] <= budget and rec["train_flops"] > budget - 128 * 3 * (per_layer * 4)
-    assert rec["tokens"] == plan_steps(heavy) * 128
+    assert rec.horizon == "train_flops" and rec.status is Status.OK
+    assert rec.train_flops <= budget and rec.train_flops > budget - 128 * 3 * (per_layer * 4)
+    assert rec.tokens == plan_steps(heavy) * 128
 
 
 def test_budget_below_one_step_is_a_config_error():
@@ -91,18 +94,69 @@ def test_learning_rate_schedule():
     assert lr_at(99, steps, spec) < 0.01 * t.lr
 
 
+@pytest.mark.parametrize("shape", ["1-sqrt", "linear"])
+def test_warmup_stable_decay_schedule(shape):
+    spec = tiny_spec(schedule="wsd", cooldown_shape=shape)  # warm-up 10 %, cooldown the last 20 %
+    lr, steps = spec.train.lr, 100
+    assert lr_at(0, steps, spec) == pytest.approx(lr / 10)
+    assert lr_at(9, steps, spec) == lr_at(10, steps, spec) == lr_at(79, steps, spec) == lr  # stable
+    assert cooldown_start(spec, steps) == 80
+    p = 10 / 20  # step 90 is half-way through the cooldown
+    want = 1 - math.sqrt(p) if shape == "1-sqrt" else 1 - p
+    assert lr_at(90, steps, spec) == pytest.approx(lr * want)
+    lrs = [lr_at(s, steps, spec) for s in range(80, 100)]
+    assert all(a > b for a, b in zip(lrs, lrs[1:])) and lrs[-1] < 0.25 * lr
+
+
+def test_wsd_settings_are_checked():
+    with pytest.raises(ConfigError, match="--cooldown-frac"):
+        tiny_spec(schedule="wsd", cooldown_frac=0.0)
+    with pytest.raises(ConfigError, match="--warmup-frac 0.5 . --cooldown-frac 0.6 exceed 1"):
+        tiny_spec(schedule="wsd", warmup_frac=0.5, cooldown_frac=0.6)
+    with pytest.raises(ConfigError, match="--schedule"):
+        tiny_spec(schedule="step")
+    assert lr_at(3, 100, tiny_spec(schedule="wsd", warmup_steps=4)) == pytest.approx(tiny_spec().train.lr)
+
+
+def test_configurations_from_before_the_schedule_fields_keep_their_hash():
+    from searchmaps.config import TrialSpec
+    from searchmaps.results import read_runs
+
+    rows = read_runs(Path(__file__).resolve().parent.parent / "results" / "ilr-table1-rope-tokens" / "runs.csv")
+    assert all(TrialSpec.from_dict(dict(r.config)).config_hash() == r.config_hash for r in rows)
+    cosine = tiny_spec()
+    assert tiny_spec(cooldown_frac=0.5).config_hash() == cosine.config_hash()  # no effect on cosine: same hash
+    assert tiny_spec(schedule="wsd").config_hash() != cosine.config_hash()
+
+
 def test_nan_loss_is_recorded_as_failed_not_raised(corpus):
     rec = train(tiny_spec(tokens=8192, lr=1e12, grad_clip=1e30), corpus)
-    assert rec["status"] == "failed"
-    assert "non-finite" in rec["error"]
-    assert math.isnan(rec["val_loss"])
+    assert rec.status is Status.FAILED
+    assert "non-finite" in rec.error
+    assert math.isnan(rec.val_loss)
+
+
+def test_divergence_is_a_failure_and_perplexity_never_overflows(corpus):
+    """--lr 10 used to give rows 'ok' with losses of 68-345 nats, ranked, and perplexities with
+    a hundred digits; above ~709 nats math.exp raised."""
+    rec = train(tiny_spec(tokens=8192, lr=10.0), corpus)
+    assert rec.status is Status.FAILED and rec.error.startswith("diverged:"), rec.error
+    assert "ln(vocab)" in rec.error and not rec.ok
+    assert rec.steps < 64  # stopped when it diverged, not at the horizon
+    assert perplexity(800.0) == math.inf and perplexity(float("nan")) != perplexity(float("nan"))
+    assert perplexity(math.log(12.5)) == pytest.approx(12.5)
+
+
+def test_a_healthy_run_is_not_called_diverged(corpus):
+    rec = train(tiny_spec(tokens=8192, lr=3e-3), corpus)
+    assert rec.status is Status.OK and rec.val_loss < math.log(256)
 
 
 def test_callback_can_stop_a_run(corpus):
     seen = []
     rec = train(tiny_spec(tokens=4096), corpus, on_eval=lambda p: seen.append(p) or len(seen) == 2)
-    assert rec["status"] == "pruned"
-    assert rec["steps"] == 12 and len(seen) == 2
+    assert rec.status is Status.PRUNED
+    assert rec.steps == 12 and len(seen) == 2
 
 
 # ---------------------------------------------------------------------------- CLI

@@ -1,0 +1,194 @@
+"""One driver's side of a search: the :class:`~searchmaps.scheduler.Scheduler` decides,
+the :class:`~searchmaps.ledger.Ledger` makes its decisions safe to share with other
+drivers, the :class:`~searchmaps.study.SearchStudy` keeps Optuna in step, and
+``runs.csv`` receives every row. An executor (Ray Tune, :mod:`searchmaps.executor`) asks
+:meth:`Driver.next_unit` for work and hands each result to :meth:`Driver.complete`;
+both may be called from several threads.
+
+Order of writes, so that a kill at any point loses and repeats nothing: a unit is claimed
+in the storage before it trains; its rows go to the storage (the source of truth) before
+``runs.csv`` (a copy, caught up from the storage on every start); the claim is marked done
+with the rows; the candidate's trial is told last (a teller that dies is replaced).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import faults
+from .ledger import HEARTBEAT_S, Ledger
+from .plan import SearchPlan
+from .results import RunRecord, RunsFile, Status, failed_record
+from .scheduler import RacingRule, Scheduler, Unit
+from .study import SearchStudy
+
+REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
+MAX_CRASHES = 2  # a training whose process died runs again this many times, then counts as failed
+
+
+@dataclass
+class Progress:
+    trainings: int = 0  # finished by this driver
+    train_s: float = 0.0  # their wall seconds
+    recovered: int = 0  # trials closed at start because no live driver owned them
+
+
+class Driver:
+    def __init__(self, plan: SearchPlan, ledger: Ledger, study: SearchStudy,
+                 on_row: Callable[[RunRecord, int], None] | None = None):
+        self.plan = plan
+        self.ledger = ledger
+        self.study = study
+        self.runs = RunsFile(plan.study_dir / "runs.csv")
+        self.on_row = on_row
+        self.progress = Progress()
+        self._lock = threading.RLock()
+        self._last_id = 0
+        self._last_refresh = 0.0
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self._ready: list[Unit] = []  # claimed by has_work() before the executor started
+
+        ledger.register()
+        self._import_legacy_rows()
+        self.progress.recovered = study.recover()
+        self.scheduler = Scheduler(
+            seeds=plan.seeds,
+            candidates=plan.candidates,
+            propose=study.propose if plan.candidates is None else None,
+            known=study.known_candidates() if plan.candidates is None else (),
+            racing=RacingRule(plan.race_start_seeds, plan.alpha) if plan.racing else None,
+            max_crashes=MAX_CRASHES,
+            claim=lambda unit: ledger.claim(unit.key, unit.candidate.label),
+        )
+        self._refresh(force=True)
+
+    # ------------------------------------------------------------------ life
+
+    def start_heartbeat(self) -> None:
+        def beat():
+            while not self._stop.wait(HEARTBEAT_S):
+                try:
+                    self.ledger.heartbeat()
+                except Exception:  # best effort: the next beat retries
+                    pass
+
+        self._beat = threading.Thread(target=beat, name="searchmaps-heartbeat", daemon=True)
+        self._beat.start()
+
+    def close(self) -> int:
+        """Stop: give back unfinished claims, close trials no live driver owns, and bring
+        ``runs.csv`` up to date. Returns how many trials were closed."""
+        self._stop.set()
+        with self._lock:
+            self.ledger.stop()
+            closed = self.study.recover()
+            self._refresh(force=True)
+        return closed
+
+    # ------------------------------------------------------------------ work
+
+    def next_unit(self) -> Unit | object | None:
+        """A unit to train now, :data:`~searchmaps.scheduler.WAIT`, or None (done)."""
+        with self._lock:
+            if self._ready:
+                return self._ready.pop(0)
+            self._refresh()
+            unit = self.scheduler.next()
+            if isinstance(unit, Unit):
+                faults.point("claimed")
+                self.study.open(unit.candidate)
+            self._tell()
+            return unit
+
+    def has_work(self) -> bool:
+        """Whether anything is left to train or wait for (a first unit is claimed now and
+        handed out first), so a resume with nothing to do need not start Ray."""
+        with self._lock:
+            unit = self.next_unit()
+            if isinstance(unit, Unit):
+                self._ready.append(unit)
+            return unit is not None
+
+    def release_ready(self) -> None:
+        with self._lock:
+            for unit in self._ready:
+                self.scheduler.release(unit)
+                self.ledger.release(unit.key)
+            self._ready.clear()
+
+    def remaining(self) -> int:
+        with self._lock:
+            return self.scheduler.remaining()
+
+    def spec(self, unit: Unit):
+        return self.plan.spec(unit.candidate, unit.seed)
+
+    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "") -> None:
+        """Record a finished training; ``records`` None means its process died (``why``)."""
+        with self._lock:
+            if records is None:
+                status = self.scheduler.crash_status(unit)
+                records = [failed_record(self.spec(unit), f"the training process died ({why or 'see Ray logs'})",
+                                         status)]
+            records = [self._check_data(r) for r in records]
+            stored = self.ledger.record(unit.key, records)
+            faults.point("recorded")
+            if any(r.status is Status.CRASHED for r in records):
+                self.ledger.release(unit.key)
+            else:
+                self.ledger.finish(unit.key)
+            if not stored:  # another driver took the unit over meanwhile; its rows will come
+                self.scheduler.release(unit)
+            self.runs.append(stored)
+            self.scheduler.add_rows(stored)
+            for r in stored:
+                self.progress.trainings += 1
+                self.progress.train_s += r.wall_s
+                if self.on_row:
+                    self.on_row(r, self.scheduler.remaining())
+            self._tell()
+
+    def _check_data(self, r: RunRecord) -> RunRecord:
+        fp = self.plan.data_fingerprint
+        if fp and r.data_fingerprint not in ("", fp):
+            return r.replace(status=Status.FAILED, error=f"data on {r.host} differs from the driver's "
+                                                         f"(fingerprint {r.data_fingerprint} != {fp})")
+        return r
+
+    # ------------------------------------------------------------------ shared state
+
+    def _refresh(self, force: bool = False) -> None:
+        """Read rows other drivers stored since the last look (throttled), copy them to
+        ``runs.csv`` and give them to the scheduler; now and then retry claims that other
+        drivers held (a dead driver's claims become free)."""
+        now = time.monotonic()
+        if not force and now - self._last_refresh < REFRESH_S:
+            return
+        self._last_refresh = now
+        new = self.ledger.results(after=self._last_id)
+        if new:
+            self._last_id = new[-1][0]
+            rows = [r for _, r in new]
+            self.runs.append(rows)
+            self.scheduler.add_rows(rows)
+        self.scheduler.reconsider()
+
+    def _tell(self) -> None:
+        for event in self.scheduler.take_events():
+            if self.study.tell(event):
+                faults.point("told")
+
+    def _import_legacy_rows(self) -> None:
+        """A study folder whose runs.csv predates the storage's copy of the rows (or whose
+        storage was lost): bring its rows into the storage once, so they count as done."""
+        rows = self.runs.read()
+        if rows:
+            self.ledger.import_rows(lambda r: Unit(r.candidate, r.seed).key, rows)
+
+    def rows(self) -> list[RunRecord]:
+        """Every row of the study, all drivers', from the storage."""
+        return [r for _, r in self.ledger.results()]

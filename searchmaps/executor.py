@@ -1,0 +1,195 @@
+"""Ray Tune runs what the driver hands out, on this machine or a Ray cluster: the only
+module that imports Ray.
+
+:class:`UnitSearcher` is a Tune ``Searcher`` that asks the :class:`~searchmaps.driver.Driver`
+for units and returns their results to it; every decision (which unit, racing, retries,
+resume) is the scheduler's. Ray's ``OptunaSearch`` is not used: it maps one Tune trial to
+one Optuna trial (no seeds) and loses trials on a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import socket
+import time
+
+from .config import ConfigError, TrialSpec
+from .driver import Driver
+from .results import RunRecord
+from .scheduler import WAIT, Unit
+
+
+def configure_ray_env(workers: int) -> None:
+    """Environment Ray and Tune read at import: no usage stats, the plain progress output,
+    no Tune SIGINT handler (searchmaps handles Ctrl-C itself: exit 130, claims given back,
+    no report from a partial study), no token auth for a local instance."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_SIGINT_HANDLER", "1")
+    os.environ.setdefault("TUNE_MAX_PENDING_TRIALS_PG", str(max(1, workers)))
+    os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+    # runs.csv and the storage are the record: of Tune's per-trial loggers only the JSON one is kept
+    # (its result.json is what Tune reads back at the end); CSV and TensorBoard add nothing
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+
+
+def start_ray(address: str | None, cpus: float, workers: int):
+    """Join a cluster (``address``: ``auto`` or HOST:PORT) or start a small local instance.
+    Raises ConfigError (one line naming --ray-address) when that fails."""
+    configure_ray_env(workers)
+    for key, value in WORKER_ENV.items():  # a local Ray's workers inherit the driver's environment
+        os.environ.setdefault(key, value)
+    import ray
+
+    if ray.is_initialized():  # a notebook or test that started Ray itself
+        return ray
+    if address and address != "auto":
+        check_reachable(address)
+    try:
+        if address:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                     runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0", **WORKER_ENV}})
+        else:
+            os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            ray.init(address="local", num_cpus=math.ceil(cpus), include_dashboard=False,
+                     object_store_memory=100 * 1024**2, logging_level=logging.WARNING, log_to_driver=False)
+    except Exception as exc:  # ConnectionError, RuntimeError, ValueError from ray.init
+        what = f"--ray-address {address}" if address else "local Ray"
+        raise ConfigError(f"{what}: could not start or reach Ray ({str(exc).splitlines()[0][:200]})") from None
+    return ray
+
+
+def check_reachable(address: str) -> None:
+    """Fail fast on a wrong address instead of letting Ray retry for a minute."""
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not port.isdigit():
+        raise ConfigError(f"--ray-address must be auto or HOST:PORT, got {address!r}")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=5).close()
+    except OSError as exc:
+        raise ConfigError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
+                          f"start the head with 'ray start --head' or fix the address") from None
+
+
+# --------------------------------------------------------------------------- trainable
+
+
+def release_freed_memory() -> None:
+    """Hand memory freed by the last training back to the system. Tune runs each trial of
+    a reused worker in a new thread, glibc gives new threads new malloc arenas and keeps
+    what they free, so a worker's RSS grew by tens of MB per training (0.9 -> 1.7 GiB
+    over 22 trainings); with :data:`WORKER_ENV` and this, it stays flat (tests/test_memory.py)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to do
+        pass
+
+
+WORKER_ENV = {"MALLOC_ARENA_MAX": "2"}  # see release_freed_memory
+
+
+def resident_mb() -> float:
+    """This process's resident memory in MiB (Linux; NaN elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError, IndexError):
+        return float("nan")
+
+
+def run_training(config: dict) -> None:
+    """The Ray Tune trainable: one unit's training, reported once as JSON records."""
+    from ray import tune
+
+    from .train import train_or_fail
+
+    spec = TrialSpec.from_dict(config["spec"])
+    rec = train_or_fail(spec, vocab_size=config.get("vocab_size"))
+    release_freed_memory()
+    rec = rec.replace(rss_mb=resident_mb())
+    # one JSON string (Tune's loggers are off, and a list of strings is not a metric to them anyway)
+    tune.report({"records": json.dumps([rec.to_json()]), "val_ppl": rec.val_ppl})
+
+
+# --------------------------------------------------------------------------- searcher
+
+
+def make_searcher(driver: Driver):
+    from ray.tune.search import Searcher
+
+    class UnitSearcher(Searcher):
+        """Tune asks for a configuration whenever a worker is free."""
+
+        def __init__(self):
+            super().__init__(metric="val_ppl", mode="min")
+            self.units: dict[str, Unit] = {}
+
+        def suggest(self, trial_id: str):
+            unit = driver.next_unit()
+            if unit is None:
+                return Searcher.FINISHED
+            if unit is WAIT:
+                time.sleep(0.05)  # Tune polls again at once; do not spin on the storage
+                return None
+            self.units[trial_id] = unit
+            return {"spec": driver.spec(unit).to_dict(), "vocab_size": driver.plan.vocab_size,
+                    "unit": unit.key, "seed": unit.seed}
+
+        def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
+            unit = self.units.pop(trial_id)
+            if result and "records" in result:
+                driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])])
+            else:  # the worker process died (killed, out of host memory, node lost)
+                driver.complete(unit, None, "killed, out of memory or node lost; see results/<study>/ray")
+
+        # The study and the storage are the state: Tune's searcher checkpoints are not needed,
+        # and Tune's pickled experiment state gets a placeholder (the driver holds DB handles).
+        def save_to_dir(self, *args, **kwargs):
+            pass
+
+        def restore_from_dir(self, *args, **kwargs):
+            pass
+
+        def __reduce__(self):
+            return (_NotRestorable, ())
+
+    return UnitSearcher()
+
+
+class _NotRestorable:
+    """Stands in for the searcher in Tune's pickled state: resume with the same
+    ``searchmaps.run`` command instead of ``Tuner.restore``."""
+
+
+def execute(driver: Driver) -> None:
+    """Run the driver's units on Ray Tune until the scheduler says the search is over."""
+    from ray import tune
+    from ray.tune.logger import JsonLoggerCallback
+
+    plan = driver.plan
+    resources = {"cpu": plan.cpus_per_trial}
+    if plan.gpus_per_trial:
+        resources["gpu"] = plan.gpus_per_trial
+    name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # a fresh folder each run: no stale state
+    tuner = tune.Tuner(
+        tune.with_resources(run_training, resources),
+        tune_config=tune.TuneConfig(search_alg=make_searcher(driver), num_samples=-1,
+                                    max_concurrent_trials=max(1, plan.workers), reuse_actors=True,
+                                    trial_dirname_creator=_trial_dirname),
+        run_config=tune.RunConfig(name=name, storage_path=str((plan.study_dir / "ray").resolve()), verbose=0,
+                                  log_to_file=True, failure_config=tune.FailureConfig(max_failures=0),
+                                  callbacks=[JsonLoggerCallback()]),
+    )
+    tuner.fit()
+
+
+def _trial_dirname(trial) -> str:
+    """Short Tune folder names: the unit, not the whole flattened spec."""
+    unit = str(trial.config.get("unit", "trial"))
+    return "".join(ch if ch.isalnum() or ch in "-_" else "_" for ch in unit) + f"-{trial.trial_id}"

@@ -1,0 +1,259 @@
+"""What a search is: a space, a FLOP budget, the candidates that fit it, the seeds, the
+sampler, where results go. :class:`SearchPlan` checks itself when it is built (as the
+training config does), so a bad setting is one line naming its flag before anything
+starts; its candidate list is computed once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+
+import numpy as np
+
+from . import flops
+from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, parse_planned
+from .results import atomic_write_text
+from .schedule import plan_steps
+from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
+
+SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
+GRID_AUTO_LIMIT = 32  # auto: every feasible candidate up to this many, a uniform sample beyond
+DEFAULT_TRIALS = 32  # candidates a random or optimiser search trains unless --trials says otherwise
+
+
+@dataclass(frozen=True)
+class SearchPlan:
+    """Everything a search needs, resolved from flags or written in a notebook. Empty
+    ``pes`` and ``seeds=None`` take the space's; ``sampler="auto"`` takes ``grid`` up to
+    :data:`GRID_AUTO_LIMIT` candidates, else ``random``."""
+
+    space: Space
+    budget_flops: float
+    study: str
+    results_dir: Path = Path("results")
+    pes: tuple[str, ...] = ()
+    seeds: int | None = None
+    sampler: str = "auto"
+    trials: int | None = None
+    storage: str | None = None
+    workers: int = 2
+    cpus_per_trial: float = 1.0
+    gpus_per_trial: float = 0.0
+    data: str = "stdlib"
+    vocab_size: int = 256
+    data_fingerprint: str = ""
+    threads: int = 1
+    device: str = "cpu"
+    search_seed: int = 0
+    racing: bool = False
+    race_start_seeds: int = 3
+    alpha: float = 0.05
+    planned: tuple[str, ...] = ()  # pre-registered comparisons, A/B
+
+    def __post_init__(self) -> None:
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
+        set_("results_dir", Path(self.results_dir))
+        pes = tuple(self.pes) or self.space.pe
+        for pe in pes:
+            if pe not in POSITIONAL_ENCODINGS:
+                raise ConfigError(f"--pe must list {', '.join(POSITIONAL_ENCODINGS)}, got {pe!r}")
+            if pe == "learned" and self.space.model.seq_len > self.space.model.max_positions:
+                raise ConfigError(f"--seq-len {self.space.model.seq_len} exceeds the learned position table "
+                                  f"(--max-positions {self.space.model.max_positions})")
+        if len(set(pes)) != len(pes):
+            raise ConfigError(f"--pe lists an encoding twice: {','.join(pes)}")
+        set_("pes", pes)
+        seeds = self.space.seeds if self.seeds is None else self.seeds
+        if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+            raise ConfigError(f"--seeds must be at least 1, got {seeds}")
+        set_("seeds", seeds)
+        for flag, value in (("--trials", self.trials), ("--workers", self.workers), ("--threads", self.threads)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ConfigError(f"{flag} must be at least 1, got {value}")
+        if not self.cpus_per_trial > 0 or not self.gpus_per_trial >= 0:
+            raise ConfigError("--cpus-per-trial must be > 0 and --gpus-per-trial >= 0")
+        if not math.isfinite(self.budget_flops) or self.budget_flops <= 0:
+            raise ConfigError(f"--budget-flops must be a positive number, got {self.budget_flops}")
+        cheap_map, cheap_flops = cheapest(self.space)
+        if self.budget_flops < cheap_flops:
+            raise ConfigError(f"--budget-flops {self.budget_flops:.4g} is below the cheapest map of "
+                              f"{self.space.name} ({cheap_map}: {cheap_flops:.4g} FLOPs/token); raise it")
+        if self.sampler not in SAMPLERS:
+            raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.sampler == "auto":
+            set_("sampler", "grid" if self.n_feasible * len(pes) <= GRID_AUTO_LIMIT else "random")
+        if not 0 < self.alpha < 1:
+            raise ConfigError(f"--alpha must be between 0 and 1, got {self.alpha}")
+        if self.racing:
+            if self.sampler not in ("grid", "random"):
+                raise ConfigError(f"--racing needs a fixed candidate list: use --sampler grid or random, "
+                                  f"not {self.sampler}")
+            if not 2 <= self.race_start_seeds <= seeds:
+                raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), "
+                                  f"got {self.race_start_seeds}")
+        heaviest = max(feasible_maps(self.space, self.budget_flops), key=lambda m: m.applied_layers)
+        plan_steps(self.spec(Candidate(heaviest, pes[0]), 0))  # a FLOP-matched horizon must buy one step
+        set_("planned", tuple(self.planned))
+        self.check_planned()
+
+    # ------------------------------------------------------------------ candidates
+
+    @cached_property
+    def n_feasible(self) -> int:
+        """Maps of the space within the budget (per PE)."""
+        return count_feasible(self.space, self.budget_flops)
+
+    @cached_property
+    def candidates(self) -> tuple[Candidate, ...] | None:
+        """The fixed list a grid or random search walks through, in order; None for the
+        optimisers (tpe, nsga2), whose candidates come from the sampler one by one."""
+        if self.sampler == "grid":
+            maps = feasible_maps(self.space, self.budget_flops)
+            cands = [Candidate(m, pe) for pe in self.pes for m in maps]
+            return tuple(cands[: self.trials] if self.trials else cands)
+        if self.sampler == "random":
+            # the same sampled maps under every PE, so PEs are compared on equal maps
+            n = self.trials or DEFAULT_TRIALS
+            rng = np.random.default_rng(self.search_seed)
+            maps = sample_feasible(self.space, self.budget_flops, math.ceil(n / len(self.pes)), rng)
+            return tuple([Candidate(m, pe) for m in maps for pe in self.pes][:n])
+        return None
+
+    @property
+    def max_candidates(self) -> int:
+        """How many candidates the search trains at most."""
+        if self.candidates is not None:
+            return len(self.candidates)
+        return min(self.trials or DEFAULT_TRIALS, self.n_feasible * len(self.pes))
+
+    def feasible(self, cand: Candidate) -> bool:
+        """In the space's domain, at or under the budget, with one of the plan's PEs."""
+        return (cand.pe in self.pes and self.space.contains(cand.reuse)
+                and map_flops(self.space, cand.reuse) <= self.budget_flops)
+
+    def flops_per_token(self, cand: Candidate) -> int:
+        return flops.flops_per_token(self.model(cand))
+
+    def model(self, cand: Candidate):
+        return dataclasses.replace(self.space.model, reuse=cand.reuse, pe=cand.pe, vocab_size=self.vocab_size)
+
+    def spec(self, cand: Candidate, seed: int) -> TrialSpec:
+        return TrialSpec(model=self.model(cand), train=self.space.train, seed=seed, data=self.data,
+                         threads=self.threads, device=self.device)
+
+    def baseline(self) -> Candidate | None:
+        """The all-ones map under the first PE, if it is a candidate."""
+        base = Candidate(ReuseMap.baseline(self.space.model.n_layers), self.pes[0])
+        if self.candidates is not None:
+            return base if base in self.candidates else None
+        return base if self.feasible(base) else None
+
+    # ------------------------------------------------------------------ planned comparisons
+
+    def check_planned(self) -> None:
+        """``--planned`` must name candidates of this search; checked before anything trains.
+        With an optimiser the candidates are not known yet, so each name must be a map of
+        the space within the budget."""
+        if not self.planned:
+            return
+        if self.candidates is not None:
+            parse_planned(self.planned, self.candidates)
+            return
+        universe = set()  # every feasible candidate some reading of the specs names
+        for spec in self.planned:
+            text = str(spec).replace(" ", "")
+            parts = {text[:i] for i, ch in enumerate(text) if ch in ":/"} | {text[i + 1:] for i, ch in
+                                                                            enumerate(text) if ch in ":/"}
+            for part in parts:
+                name, _, pe = part.partition("|")
+                try:
+                    reuse = ReuseMap.parse(name, self.space.model.n_layers)
+                except ConfigError:
+                    continue
+                universe |= {c for c in (Candidate(reuse, p) for p in ([pe] if pe else self.pes)) if self.feasible(c)}
+        try:
+            parse_planned(self.planned, universe)
+        except ConfigError as exc:
+            raise ConfigError(f"{exc} (with --sampler {self.sampler} a planned map must be in the space and "
+                              f"within the budget)") from None
+
+    # ------------------------------------------------------------------ files
+
+    @property
+    def study_dir(self) -> Path:
+        return self.results_dir / self.study
+
+    @property
+    def default_storage(self) -> bool:
+        return self.storage is None
+
+    @property
+    def storage_url(self) -> str:
+        return self.storage or f"sqlite:///{(self.study_dir / 'optuna.db').resolve()}"
+
+    def protocol(self) -> dict:
+        """What a resumed run must share with the study (kept in the study's attributes)."""
+        t = self.space.train
+        return {
+            "space": self.space.name,
+            "budget_flops": self.budget_flops,
+            "pes": list(self.pes),
+            "seeds": self.seeds,
+            "sampler": self.sampler,
+            "horizon": "tokens" if t.tokens is not None else "train_flops",
+            "tokens": t.tokens,
+            "train_flops": t.train_flops,
+            "data": self.data,
+            "data_fingerprint": self.data_fingerprint,
+            "model": {k: v for k, v in dataclasses.asdict(self.space.model).items() if k != "reuse"},
+            "train": dataclasses.asdict(t),
+            "racing": self.racing,
+        }
+
+    def storage_for_files(self) -> str:
+        """The storage as written in study.json: the default SQLite file relative to the
+        study folder (so the folder can move), any other URL without its password."""
+        if self.default_storage:
+            return "sqlite:///optuna.db"
+        from sqlalchemy.engine import make_url
+
+        return make_url(self.storage).render_as_string(hide_password=True)
+
+    def write_study_json(self) -> Path:
+        """``study.json``: the protocol and the planned comparisons, fixed before the runs.
+        Written atomically; planned comparisons registered earlier stand unless replaced."""
+        path = self.study_dir / "study.json"
+        registered = read_study_json(path).get("planned", []) if path.exists() else []
+        info = {"study": self.study, "storage": self.storage_for_files(),
+                "storage_note": "a sqlite:/// path without a leading / is relative to this folder",
+                **json.loads(json.dumps(self.protocol())),
+                "planned": list(self.planned) or list(registered)}
+        atomic_write_text(path, json.dumps(info, indent=2) + "\n")
+        return path
+
+
+def read_study_json(path) -> dict:
+    """A study.json as a dict; ConfigError (one line) when it is empty or not JSON."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+        info = json.loads(text)
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ConfigError(f"{path} is damaged ({type(exc).__name__}: {str(exc)[:80]}); delete it and run the "
+                          f"same command again: it is rewritten from the study") from None
+    if not isinstance(info, dict):
+        raise ConfigError(f"{path} does not hold a JSON object; delete it and run the same command again")
+    return info
+
+
+def resolve_storage(storage: str, study_dir) -> str:
+    """A storage URL from study.json, with a relative SQLite path taken from the study folder."""
+    prefix = "sqlite:///"
+    if storage.startswith(prefix) and not storage[len(prefix):].startswith("/"):
+        return prefix + str((Path(study_dir) / storage[len(prefix):]).resolve())
+    return storage

@@ -1,0 +1,289 @@
+"""The report in words (text only): the result, the protocol, and the warnings a reader
+must not miss. Candidate names are in backticks (the page shows them as code)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+TEST_NAMES = {"ttest": "paired t-test", "signflip": "exact paired sign-flip test",
+              "wilcoxon": "exact Wilcoxon signed-rank test"}
+CORRECTION_NAMES = {"holm": "Holm", "bonferroni": "Bonferroni"}
+_WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
+
+
+# --------------------------------------------------------------------------- numbers
+
+
+def fmt_p(p: float) -> str:
+    return "n/a" if not np.isfinite(p) else "< 0.001" if p < 0.001 else f"{p:.2g}"
+
+
+def p_eq(p: float) -> str:
+    """``p = 0.012`` or ``p < 0.001``."""
+    s = fmt_p(p)
+    return f"p {s}" if s.startswith("<") else f"p = {s}"
+
+
+def fmt_mean_ci(mean: float, lo: float, hi: float) -> str:
+    """``13.80 ± 0.10``: the half-width of the 95 % CI to two significant digits."""
+    half = (hi - lo) / 2
+    if not np.isfinite(half) or half <= 0:
+        return f"{mean:.4g} (one seed)" if np.isfinite(mean) else "n/a"
+    d = min(4, max(0, 1 - math.floor(math.log10(half))))
+    return f"{mean:.{d}f} ± {half:.{d}f}"
+
+
+def _ppl(row) -> str:
+    if np.isfinite(row["ci_high"] - row["ci_low"]):
+        return f"{fmt_mean_ci(row['mean'], row['ci_low'], row['ci_high'])} validation perplexity, mean ± 95 % CI"
+    return f"{row['mean']:.4g} validation perplexity, a single seed: no interval"
+
+
+def _names(cands: list[str], limit: int = 5) -> str:
+    q = [f"`{c}`" for c in cands]
+    if len(q) > limit:
+        return f"{', '.join(q[:limit - 1])} and {len(q) - limit + 1} others"
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} and {q[-1]}"
+
+
+def _p_list(ps, limit: int = 5) -> str:
+    ps = [float(p) for p in ps]
+    if len(ps) > limit:
+        return f"p from {fmt_p(min(ps))} to {fmt_p(max(ps))}"
+    if len(ps) > 1 and all(p < 0.001 for p in ps):
+        return "p < 0.001"
+    return "p = " + ", ".join(fmt_p(p) for p in ps) if len(ps) > 1 else p_eq(ps[0])
+
+
+def _p_bound(ps) -> str:
+    """One bound for a group of significant p-values: ``p < 0.01`` style."""
+    ps = [float(p) for p in ps]
+    if len(ps) == 1:
+        return p_eq(ps[0])
+    top = max(ps)
+    for bound in (0.001, 0.01):
+        if top < bound:
+            return f"p < {bound:g}"
+    return f"p ≤ {fmt_p(top)}"
+
+
+def _verb(n: int, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+# --------------------------------------------------------------------------- the result
+
+
+def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, alpha: float,
+                     errors: dict[str, str] | None = None, family_size: int | None = None) -> list[str]:
+    """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
+    table (best first)."""
+    errors = errors or {}
+    ok = summary[summary["n_seeds"] > 0].set_index("candidate")
+    b = ok.loc[best]
+    out = []
+    if len(ok) == 1:
+        out.append(f"Only `{best}` has successful runs ({_ppl(b)}); there is nothing to compare it with.")
+    else:
+        out.append(f"`{best}` is best ({_ppl(b)}).")
+        others = ok.drop(index=best)
+        top, worse = others[others["in_top_group"]], others[~others["in_top_group"]]
+        if family_size == 0:
+            out.append("No two candidates share two or more seeds, so no difference can be tested: "
+                       "the order by mean is descriptive only.")
+        elif worse.empty:
+            out.append(f"No other candidate is significantly worse ({_p_list(top['p_vs_best'])}): "
+                       f"{'both are' if len(ok) == 2 else f'all {len(ok)} are'} in the top group, "
+                       f"so these seeds cannot separate them.")
+        elif top.empty:
+            out.append(f"Every other candidate is significantly worse ({_p_bound(worse['p_vs_best'])}).")
+        else:
+            out.append(f"{_names(list(top.index))} {_verb(len(top), 'is', 'are')} not significantly worse "
+                       f"({_p_list(top['p_vs_best'])}); {_names(list(worse.index), 3)} "
+                       f"{_verb(len(worse), 'is', 'are')} significantly worse ({_p_bound(worse['p_vs_best'])}).")
+        if family_size != 0:
+            out += _reference_sentences(ok, best, reference, alpha)
+    for cand, row in summary[summary["n_failed"] > 0].set_index("candidate").iterrows():
+        why = errors.get(cand, "no error message").replace("`", "'")
+        why = why if len(why) <= 160 else why[:157] + "..."
+        n, bad = int(row["n_seeds"]), int(row["n_failed"])
+        if n == 0:
+            out.append(f"`{cand}` failed on {_verb(bad, 'its only seed', f'all {bad} seeds')} ({why}) "
+                       f"and is not ranked.")
+        else:
+            out.append(f"`{cand}` failed on {bad} of {bad + n} seeds ({why}); its statistics use only the "
+                       f"{n} that finished, and a map that diverges is not one to recommend.")
+    return out
+
+
+def _reference_sentences(ok: pd.DataFrame, best: str, reference: str | None, alpha: float) -> list[str]:
+    if reference is None:
+        return ["There is no all-ones baseline among the candidates (name one with --reference), "
+                "so nothing is compared with a baseline."]
+    if reference == best:
+        return [f"The best candidate is the baseline `{reference}` itself: no map with reuse beats it here."]
+    group = [c for c in ok.index if ok.loc[c, "in_top_group"] and c != reference]
+    sig = (ok["p_vs_reference"] <= alpha)
+    beat = [c for c in group if sig[c] and ok.loc[c, "diff_to_reference"] < 0]
+    same = [c for c in group if c not in beat]
+    parts, base = [], f"the baseline `{reference}`"
+    if beat:
+        ps = ok.loc[beat, "p_vs_reference"]
+        if len(beat) == len(group) and len(group) > 1:
+            who = "both" if len(group) == 2 else f"all {_WORDS.get(len(group), len(group))}"
+            parts.append(f"{who} beat {base} ({_p_bound(ps)})")
+        else:
+            parts.append(f"{_names(beat)} {_verb(len(beat), 'beats', 'beat')} {base} ({_p_list(ps)})")
+    if same:
+        it = "it" if beat else base
+        parts.append(f"{_names(same)} {_verb(len(same), 'does', 'do')} not differ significantly from {it} "
+                     f"({_p_list(ok.loc[same, 'p_vs_reference'])})")
+    text = "; ".join(parts)
+    out = [text[0].upper() + text[1:] + "."] if text else []
+    if ok.loc[reference, "in_top_group"]:
+        out.append(f"The baseline is itself in the top group ({p_eq(ok.loc[reference, 'p_vs_best'])} vs the best).")
+    worse = [c for c in ok.index if c != reference and sig[c] and ok.loc[c, "diff_to_reference"] > 0]
+    if worse:
+        out.append(f"{_names(worse, 4)} {_verb(len(worse), 'is', 'are')} significantly worse than the baseline "
+                   f"({_p_bound(ok.loc[worse, 'p_vs_reference'])}).")
+    return out
+
+
+def family_sentences(planned: pd.DataFrame, family_size: int) -> list[str]:
+    """Where a planned pair's verdict differs from the same pair's in the all-pairs family
+    (``planned`` from :func:`~searchmaps.report.summary.with_all_pairs`): one sentence per
+    such pair and one on why; empty when they all agree."""
+    differ = planned[planned["significant"] != planned["significant_all_pairs"]]
+    if differ.empty:
+        return []
+    n_planned, out = len(planned), []
+    here = f"the planned comparisons (corrected over {n_planned})"
+    there = f"the all-pairs analysis (corrected over {family_size})"
+    for r in differ.itertuples(index=False):
+        how = "worse than" if r.mean_diff > 0 else "better than"
+        yes, no = ((here, r.p_adjusted), (there, r.p_all_pairs)) if r.significant else \
+            ((there, r.p_all_pairs), (here, r.p_adjusted))
+        out.append(f"`{r.candidate}` is significantly {how} `{r.against}` in {yes[0]}, {p_eq(yes[1])}, "
+                   f"but not in {no[0]}, {p_eq(no[1])}.")
+    out.append(f"The two families answer different questions: the all-pairs analysis (ranking, top group, "
+               f"significance matrix) corrects over every pair of candidates, K(K-1)/2 = {family_size}, the "
+               f"planned comparisons only over the {n_planned} named before the results, so a pair can be "
+               f"significant in one and not in the other.")
+    return out
+
+
+def cannot_reject_sentence(method: str, correction: str, families: list[tuple[str, dict]]) -> str | None:
+    """The warning that the chosen exact test cannot reject anything with these seeds, or
+    None when it can. ``families`` are (``"over all 55 pairs"``-style description,
+    :func:`searchmaps.stats.resolution`) for the all-pairs and planned families."""
+    stuck = [(what, r) for what, r in families if r["n_seeds"] >= 2 and not r["can_reject"]]
+    if method == "ttest" or not stuck:
+        return None
+    n = max(r["n_seeds"] for _, r in stuck)
+    need = " and ".join(f"p ≤ α/m = {r['threshold']:.2g} {what}" for what, r in stuck)
+    step = "Holm's first step" if correction == "holm" else "the Bonferroni correction"
+    return (f"The {TEST_NAMES[method]} cannot find any difference with these seeds: with {n} paired seeds its "
+            f"smallest two-sided p is 2/2^{n} = {2 / 2**n:.3g}, but {step} needs {need}, so nothing can be "
+            f"significant (every candidate stays in the top group) whatever the data say. Use --test ttest, or "
+            f"at least {max(r['min_seeds'] for _, r in stuck)} seeds.")
+
+
+# --------------------------------------------------------------------------- the protocol
+
+
+def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
+                       correction: str) -> list[str]:
+    """How the numbers were made: horizon, seeds, data, model, test, correction, the exact
+    tests' floor, omnibus, power."""
+    out = []
+    horizon = info.get("horizon") or str(runs["horizon"].iloc[0])
+    tokens = ok["tokens"]
+    if horizon == "train_flops":
+        tf = info.get("train_flops") or ok["train_flops"].median()
+        out.append(f"FLOP-matched: every run spent the same {tf:.3g} training FLOPs, so maps that apply more "
+                   f"layers saw fewer tokens (from {tokens.min():,.0f} to {tokens.max():,.0f} tokens).")
+    else:
+        n = info.get("tokens") or tokens.max()
+        out.append(f"Token-matched: every run trained on the same {n:,.0f} tokens, so maps that apply more "
+                   f"layers also spent more training compute.")
+    if ok["rung"].max() > 0:
+        out.append(f"Horizon: the last rung of the study's horizon ladder (rung {ok['rung'].max()}); earlier "
+                   f"rungs are in runs.csv.")
+    if info.get("budget_flops"):
+        out.append(f"Candidates: maps at or under the budget of {info['budget_flops']:,.0f} forward FLOPs per "
+                   f"token ({info.get('space', 'space')} space, sampler {info.get('sampler', '?')}).")
+    n_seeds = res["summary"]["n_seeds"]
+    seeds = f"{n_seeds.iloc[0]}" if n_seeds.nunique() == 1 else f"{n_seeds.min()} to {n_seeds.max()}"
+    planned = info.get("seeds")
+    seeds += f" (planned {planned})" if planned and (n_seeds != planned).any() else ""
+    out.append(f"Seeds: {seeds} per candidate; seed s of every candidate uses the same data order and "
+               f"initial draw, so comparisons are paired on seed.")
+    if info.get("data"):
+        out.append(f"Data: {info['data']} (fingerprint {info.get('data_fingerprint') or 'not recorded'}).")
+    m = info.get("model") or {}
+    if m:
+        params = ok["n_params"]
+        size = (f"; {params.min():,.0f} parameters" if params.nunique() == 1 else
+                f"; {params.min():,.0f} to {params.max():,.0f} parameters") if params.gt(0).all() else ""
+        out.append(f"Model: {m.get('n_layers')} layers, d_model {m.get('d_model')}, {m.get('n_heads')} heads, "
+                   f"FFN {m.get('ffn_hidden')}, sequence {m.get('seq_len')}, vocabulary {m.get('vocab_size')}{size}.")
+    out.append(f"Test: {TEST_NAMES[res['method']]} on validation perplexity per seed, two-sided, with the "
+               f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
+               f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}. The top group is "
+               f"the best candidate and every candidate not significantly worse than it.")
+    out += _floor_sentences(res, correction)
+    fr = res["friedman"]
+    if fr:
+        verdict = ("the candidates differ" if fr["p_value"] <= res["alpha"]
+                   else "no evidence that the candidates differ")
+        out.append(f"Friedman omnibus test over the {fr['n_seeds']} seeds all {fr['n_candidates']} candidates "
+                   f"share: χ² = {fr['statistic']:.3g}, {p_eq(fr['p_value'])} ({verdict}).")
+    else:
+        out.append("Friedman omnibus test: not available (it needs at least 3 candidates and 2 seeds they all "
+                   "share).")
+    out += _power_sentences(res)
+    return out
+
+
+def _floor_sentences(res: dict, correction: str) -> list[str]:
+    """What the exact tests' floor 2/2^n means for this study (the warning itself, when
+    the chosen test cannot reject, is :func:`cannot_reject_sentence`)."""
+    r = res["resolution"]
+    n, m, thr = r["n_seeds"], r["n_comparisons"], r["threshold"]
+    if n < 2 or res["family_size"] == 0:
+        return []
+    floor = 2 / 2**n
+    step = (f"p ≤ α/m = {thr:.2g} to pass Holm's first step over m = {m} pairs" if correction == "holm"
+            else f"p ≤ α/m = {thr:.2g} under Bonferroni over m = {m} pairs")
+    need = math.ceil(math.log2(2 / thr) - 1e-12)
+    can = ("could not reject anything" if floor > thr
+           else "can reject only pairs whose differences nearly all share a sign")
+    if res["method"] == "ttest":
+        return [f"Why the t-test: with {n} paired seeds the exact sign-flip and Wilcoxon tests' smallest two-sided "
+                f"p is 2/2^{n} = {floor:.3g}, and a pair needs {step}, so they {can} (they need at least {need} "
+                f"seeds; with 3-5 seeds they cannot even reach p < 0.05). The t-test has no such floor."]
+    if floor > thr:
+        return []  # the warning says it, first and louder
+    return [f"The {TEST_NAMES[res['method']]}'s smallest two-sided p with {n} paired seeds is 2/2^{n} = {floor:.3g} "
+            f"and a pair needs {step}, so it {can}."]
+
+
+def _power_sentences(res: dict) -> list[str]:
+    mde = res["mde"]
+    n, m = mde["n_seeds"], mde["n_comparisons"]
+    if not np.isfinite(mde["mde"]):
+        return ["Minimum detectable difference: not computable (it needs two candidates sharing at least two "
+                "seeds)."]
+    by = mde["by_seeds"].set_index("n_seeds")["mde"]
+    more = [f"{k} seeds: {by[k]:.3g}" for k in sorted({n + 2, 2 * n, 2 * n + 4}) if k in by.index and k > n]
+    out = [f"Minimum detectable difference: with {n} seeds (sd of paired differences {mde['sd_diff']:.3g}), "
+           f"a paired t-test at α/m over m = {m} pairs finds a true difference of {mde['mde']:.3g} "
+           f"perplexity with {mde['power']:.0%} power ({'; '.join(more)})."]
+    gaps = res["summary"]["mean"] - res["summary"]["mean"].min()
+    gap = gaps[res["summary"]["candidate"].isin(res["top_group"])].max()
+    if len(res["top_group"]) > 1 and gap < mde["mde"]:
+        out.append(f"The gaps inside the top group (up to {gap:.3g}) are below it: add seeds to separate them.")
+    return out

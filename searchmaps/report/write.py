@@ -1,0 +1,156 @@
+"""One call from a study folder to its report: statistics, ``summary.csv``, ``planned.csv``
+and ``report.html``, each written atomically (a reader, or a crash, sees the old file or
+the new one, never half of one). Attaching the figure to the Optuna study is the
+caller's business (:func:`searchmaps.study.attach_figure`): this package knows no Optuna.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from .. import stats
+from ..results import atomic_write_text, records_frame
+from .figures import curves_figure, pareto_figure, significance_figure
+from .page import failures_table, planned_table, ranking_table, render_page
+from .sentences import (
+    CORRECTION_NAMES,
+    TEST_NAMES,
+    cannot_reject_sentence,
+    family_sentences,
+    protocol_sentences,
+    result_sentences,
+)
+from .summary import (
+    METRIC,
+    ReportError,
+    build_summary,
+    candidates,
+    curve_table,
+    first_errors,
+    last_horizon,
+    load_info,
+    load_runs,
+    resolve_planned,
+    resolve_reference,
+    successful,
+    with_all_pairs,
+)
+
+
+@dataclass(frozen=True, eq=False)
+class Report:
+    """What :func:`write_report` wrote and what a caller may still want from it."""
+
+    path: Path  # report.html
+    summary: pd.DataFrame  # the rows of summary.csv
+    planned: pd.DataFrame | None  # the rows of planned.csv; None without planned comparisons
+    pareto_figure: object  # plotly Figure, for optuna-dashboard
+    info: dict  # study.json ({} without one)
+    warnings: tuple[str, ...]  # one line each, also at the top of the page
+
+
+def _check_settings(alpha: float, method: str, correction: str) -> None:
+    if not 0 < alpha < 1:
+        raise ReportError(f"--alpha must be between 0 and 1, got {alpha}")
+    if method not in stats.METHODS:
+        raise ReportError(f"--test must be one of {', '.join(stats.METHODS)}, got {method!r}")
+    if correction == "fdr_bh":
+        raise ReportError("--correction fdr_bh is refused: the top group needs family-wise control, and "
+                          "Benjamini-Hochberg drops a map as good as the best from it in about 1 study in 6 "
+                          "(5 equal and 6 worse maps); use holm (the default) or bonferroni")
+    if correction not in stats.FAMILY_WISE:
+        raise ReportError(f"--correction must be one of {', '.join(stats.FAMILY_WISE)}, got {correction!r}")
+
+
+def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
+                 reference: str | None = None, planned=None) -> Report:
+    """Write ``summary.csv``, ``report.html`` and (with planned comparisons, given here
+    as ``--planned`` specs or registered in study.json) ``planned.csv`` into
+    ``study_dir``; the report describes the study's last horizon (see
+    :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
+    bonferroni (why: :mod:`searchmaps.stats`). Raises :class:`ReportError` (one line)
+    on unusable input or settings."""
+    _check_settings(alpha, method, correction)
+    study_dir = Path(study_dir)
+    records = load_runs(study_dir)
+    info = load_info(study_dir)
+    runs = last_horizon(records_frame(records))
+    ok = successful(runs)
+    if ok.empty:
+        errs = first_errors(runs)
+        first = f"; first error: {next(iter(errs.values()))[:150]}" if errs else ""
+        raise ReportError(f"{study_dir / 'runs.csv'} has no successful runs ({len(runs)} rows{first}); "
+                          f"fix the cause and run the search again")
+    cands = candidates(records)
+    ref = resolve_reference(reference, ok, cands)
+    res = stats.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction)
+    second_name = "signflip" if method == "ttest" else "ttest"
+    several = ok["candidate"].nunique() > 1
+    second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
+    summary = build_summary(runs, ok, res, second, second_name)
+    atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
+
+    pairs = resolve_planned(planned if planned is not None else info.get("planned"), ok, cands)
+    planned_df = _planned(ok, pairs, res, second_name) if pairs else None
+    if planned_df is not None:
+        atomic_write_text(study_dir / "planned.csv", planned_df.to_csv(index=False))
+
+    families = [(f"over all {res['family_size']} pairs", res["resolution"])]
+    if planned_df is not None:
+        families.append((f"over the {len(planned_df)} planned comparisons",
+                         stats.resolution(method, int(planned_df["n_pairs"].max()), alpha, len(planned_df))))
+    warning = cannot_reject_sentence(method, correction, families)
+    warnings = (warning,) if warning else ()
+
+    name = info.get("study") or study_dir.name
+    result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"])
+    if planned_df is not None and res["family_size"]:
+        result += family_sentences(planned_df, res["family_size"])
+    pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
+                           f"{name}: validation perplexity vs forward FLOPs per token")
+    figures = [("Pareto front", pareto,
+                "Lower and further left is better. Red stars: the top group (not significantly worse than the best); "
+                "blue rings joined by the dotted step line: Pareto-optimal maps; dashed line: the FLOP budget. "
+                "Error bars are each candidate's own CI; the tests are paired on seed, so differences can be "
+                "significant where bars overlap. Maps with equal FLOPs are spread slightly sideways; hover for "
+                "exact FLOPs, seeds and p-values.")]
+    order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
+    if several:
+        figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
+                        f"Corrected p-value of every pair ({TEST_NAMES[method]}, {CORRECTION_NAMES[correction]} over "
+                        f"all {res['family_size']} pairs; the {second_name} p-values are in summary.csv); "
+                        f"dark cells differ at α = {alpha:g}. Rows and columns are ordered best first."))
+    curves = curve_table(ok)
+    if not curves.empty:
+        figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
+                        "Validation loss during training, mean over seeds; the top group and the baseline are "
+                        "drawn solid with a ± 1 sd band, the rest dotted. Click a legend entry to hide or show it."))
+    planned_html = ""
+    if planned_df is not None:
+        planned_html = (f"<h2>Planned comparisons</h2><p class=caption>Hypotheses named before the results "
+                        f"(--planned), each a paired test, corrected over these {len(planned_df)} only; "
+                        f"Δ is the first minus the second (negative: the first has lower perplexity). The ranking "
+                        f"and the significance matrix correct every pair over all {res['family_size']} pairs of "
+                        f"candidates instead, so a pair can be significant here and not there, or the reverse: "
+                        f"the last column gives each pair's verdict in that family.</p>"
+                        + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
+    page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),
+                       planned_html, protocol_sentences(info, runs, ok, res, second_name, correction),
+                       failures_table(runs), list(warnings))
+    out = study_dir / "report.html"
+    atomic_write_text(out, page)
+    return Report(path=out, summary=summary, planned=planned_df, pareto_figure=pareto, info=info,
+                  warnings=warnings)
+
+
+def _planned(ok: pd.DataFrame, pairs: list[tuple[str, str]], res: dict, second_name: str) -> pd.DataFrame:
+    """The planned comparisons with the second opinion's raw p and each pair's verdict in
+    the all-pairs family."""
+    kw = dict(metric=METRIC, correction=res["correction"], alpha=res["alpha"])
+    out = stats.planned_comparisons(ok, pairs, method=res["method"], **kw)
+    out.insert(out.columns.get_loc("p_value") + 1, f"p_{second_name}",
+               stats.planned_comparisons(ok, pairs, method=second_name, **kw)["p_value"])
+    return with_all_pairs(out, res["pairwise"], res["alpha"])

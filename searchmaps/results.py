@@ -1,0 +1,407 @@
+"""Result rows: one frozen :class:`RunRecord` per finished training (a candidate, a seed
+and, on a horizon ladder, a rung), and ``runs.csv``, the study folder's copy of them.
+
+``runs.csv`` is parsed once, here, into records; every other module reads records (or
+the DataFrame :func:`records_frame` makes of them), never the raw CSV. It is appended,
+never rewritten, under an exclusive file lock, so several drivers can share one results
+folder: the first writer writes the header, a line torn by a killed writer is cut before
+the next append, and a row is written only if its ``run_id`` is not in the file yet (the
+study storage is the source of truth; ``runs.csv`` is its copy, see
+:mod:`searchmaps.ledger`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import enum
+import hashlib
+import io
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import flops
+from .config import Candidate, ConfigError, ReuseMap, TrialSpec
+
+try:  # POSIX; searchmaps runs on Linux and macOS
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+
+class Status(str, enum.Enum):
+    """How a training ended."""
+
+    OK = "ok"
+    FAILED = "failed"  # diverged, out of memory, bad data: a result, not retried
+    CRASHED = "crashed"  # its process died: kept as history, and the training runs again
+    PRUNED = "pruned"  # stopped early by a callback
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class ResultsError(ConfigError):
+    """A ``runs.csv`` the tool cannot read; the message names the file, line and column."""
+
+
+_NAN = float("nan")
+PPL_OVERFLOW_LOSS = 700.0  # exp(709.8) overflows a double; beyond this a perplexity is inf
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)`` without overflow: inf for a loss above ~700 nats, NaN for NaN."""
+    loss = float(loss)
+    if math.isnan(loss):
+        return _NAN
+    return math.exp(loss) if loss < PPL_OVERFLOW_LOSS else math.inf
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One finished training of one candidate and seed, at one horizon.
+
+    Units: losses in nats per token, FLOPs as counted by :mod:`searchmaps.flops`, times
+    in seconds. ``config`` is the full flattened :class:`~searchmaps.config.TrialSpec`
+    (``model.*``, ``train.*``, ``seed``, ``data``, ...), so a row is self-describing.
+    ``rung`` is the index of the row's horizon in the study's ladder (0 without one);
+    ``role`` is ``eval`` for rows the statistics use.
+    """
+
+    run_id: str
+    map: str
+    pe: str
+    seed: int
+    status: Status
+    config_hash: str
+    study: str = ""
+    error: str = ""
+    role: str = "eval"
+    horizon: str = "tokens"  # the protocol: "tokens" or "train_flops"
+    horizon_target: float = _NAN  # this row's horizon: its tokens, or its training FLOPs
+    rung: int = 0
+    n_params: int = 0
+    applied_layers: int = 0
+    flops_per_token: int = 0
+    train_flops_per_token: int = 0
+    kv_bytes_per_token: int = 0
+    steps: int = 0
+    steps_planned: int = 0
+    tokens: int = 0
+    train_flops: float = 0.0
+    val_loss: float = _NAN
+    val_ppl: float = _NAN
+    train_loss: float = _NAN
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    eval_s: float = 0.0
+    tokens_per_s: float = _NAN
+    rss_mb: float = _NAN  # resident memory of the worker process after the training
+    data_fingerprint: str = ""
+    device: str = ""
+    torch_version: str = ""
+    host: str = ""
+    curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
+    config: Mapping = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+
+    @property
+    def candidate(self) -> Candidate:
+        n_layers = int(self.config.get("model.n_layers", len(self.map.split(","))))
+        return Candidate(ReuseMap.parse(self.map, n_layers), self.pe)
+
+    @property
+    def label(self) -> str:
+        """The candidate's name in tables and statistics (``4,2,1,1|rope``)."""
+        return f"{self.map}|{self.pe}"
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK and math.isfinite(self.val_loss)
+
+    def replace(self, **changes) -> "RunRecord":
+        return dataclasses.replace(self, **changes)
+
+    # ------------------------------------------------------------------ (de)serialise
+
+    def to_json(self) -> str:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        d["curve"] = list(self.curve)
+        d["config"] = dict(self.config)
+        return json.dumps(d, default=str)
+
+    @classmethod
+    def from_json(cls, text: str) -> "RunRecord":
+        d = json.loads(text)
+        d["curve"] = tuple(d.get("curve") or ())
+        return cls(**{k: v for k, v in d.items() if k in _FIELD_NAMES})
+
+    def to_row(self) -> dict:
+        """The flat ``runs.csv`` row: the fields, the candidate label, ``config.*``."""
+        row = {}
+        for name in COLUMNS:
+            if name == "candidate":
+                row[name] = self.label
+            elif name == "curve":
+                row[name] = json.dumps(list(self.curve))
+            else:
+                v = getattr(self, name)
+                row[name] = v.value if isinstance(v, Status) else v
+        row.update({f"config.{k}": v for k, v in self.config.items()})
+        return row
+
+
+def new_run_id() -> str:
+    import uuid
+
+    return uuid.uuid4().hex
+
+
+def _torch_version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("torch")
+    except metadata.PackageNotFoundError:  # pragma: no cover
+        return ""
+
+
+def describe(spec: TrialSpec, data_fingerprint: str = "") -> RunRecord:
+    """The part of a record known before training: the config, its hash and its costs
+    (status ``ok`` and no numbers yet; the trainer fills them in)."""
+    import platform
+
+    cfg = spec.model
+    return RunRecord(
+        run_id=new_run_id(), map=str(cfg.reuse), pe=cfg.pe, seed=spec.seed, status=Status.OK,
+        config_hash=spec.config_hash(), horizon="tokens" if spec.train.tokens is not None else "train_flops",
+        horizon_target=float(spec.train.tokens if spec.train.tokens is not None else spec.train.train_flops),
+        n_params=flops.param_count(cfg), applied_layers=cfg.reuse.applied_layers,
+        flops_per_token=flops.flops_per_token(cfg), train_flops_per_token=flops.train_flops_per_token(cfg),
+        kv_bytes_per_token=flops.kv_bytes_per_token(cfg), data_fingerprint=data_fingerprint,
+        torch_version=_torch_version(), host=platform.node(), config=spec.to_dict())
+
+
+def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) -> RunRecord:
+    """The record of a training that could not run or whose process died."""
+    return describe(spec).replace(status=status, error=reason)
+
+
+_FIELD_NAMES = {f.name for f in dataclasses.fields(RunRecord)}
+_INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
+        "kv_bytes_per_token", "steps", "steps_planned", "tokens"}
+_FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb"}
+COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", "status", "error", "horizon",
+           "horizon_target",
+           "config_hash", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
+           "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
+           "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
+           "torch_version", "host", "curve"]
+_RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
+_REQUIRED = ("map", "pe", "seed", "status")
+
+
+def _scalar(text: str):
+    """A ``config.*`` cell back to the JSON-like scalar it was written from."""
+    if text == "":
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def parse_row(row: Mapping[str, str], where: str) -> RunRecord:
+    """One CSV row (strings) as a record; ``where`` (``file:line``) goes in the error."""
+    kw: dict = {}
+    config = {}
+    for key, text in row.items():
+        if key is None:  # more cells than header columns
+            raise ResultsError(f"{where}: more cells than the header has columns")
+        text = "" if text is None else text
+        key = _RENAMED.get(key, key)
+        if key.startswith("config."):
+            config[key[len("config."):]] = _scalar(text)
+            continue
+        if key not in _FIELD_NAMES or key == "config":
+            continue
+        try:
+            if key in _INT:
+                kw[key] = int(float(text)) if text not in ("", "nan") else 0
+            elif key in _FLOAT:
+                kw[key] = float(text) if text != "" else _NAN
+            elif key == "curve":
+                points = json.loads(text) if text else []
+                kw[key] = tuple(p for p in points if isinstance(p, dict))
+            else:
+                kw[key] = text
+        except (ValueError, TypeError):
+            raise ResultsError(f"{where}: column {key!r} holds {text[:40]!r}, not a number; restore the file "
+                               f"from a copy or delete that line") from None
+    missing = [k for k in _REQUIRED if k not in kw]
+    if missing:
+        raise ResultsError(f"{where}: no {', '.join(missing)} column; this is not a runs.csv written by searchmaps")
+    try:
+        kw["status"] = Status(kw["status"])
+    except ValueError:
+        raise ResultsError(f"{where}: unknown status {kw['status']!r}") from None
+    if not kw.get("run_id"):  # files written before run ids: a stable id from the row itself
+        kw["run_id"] = "legacy-" + hashlib.sha256(json.dumps(row, sort_keys=True).encode()).hexdigest()[:16]
+    kw.setdefault("config_hash", "")
+    kw["config"] = config
+    return RunRecord(**kw)
+
+
+def read_runs(path) -> list[RunRecord]:
+    """Every record of a ``runs.csv``, in file order. A last line without its newline
+    (a writer killed mid-append) is ignored; anything else unreadable raises
+    :class:`ResultsError` naming the file and line."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        raise ResultsError(f"{path}: cannot read ({exc.strerror})") from None
+    if raw and not raw.endswith(b"\n"):
+        raw = raw[: raw.rfind(b"\n") + 1]
+    if b"\x00" in raw:
+        raise ResultsError(f"{path}: holds binary bytes (NUL), not CSV text; restore it from a copy or delete it")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ResultsError(f"{path}:{line}: not UTF-8 text; restore the file from a copy or delete it") from None
+    if not text.strip():
+        return []
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    out = []
+    try:
+        for row in reader:
+            out.append(parse_row(row, f"{path}:{reader.line_num}"))
+    except csv.Error as exc:
+        raise ResultsError(f"{path}:{reader.line_num}: malformed CSV ({exc})") from None
+    return out
+
+
+def records_frame(records: Iterable[RunRecord]):
+    """Records as a pandas DataFrame: one column per field (``status`` as its string),
+    ``candidate`` = the label, ``curve`` as JSON text; ``config.*`` columns left out."""
+    import pandas as pd
+
+    rows = []
+    for r in records:
+        d = {name: getattr(r, name) for name in COLUMNS if name not in ("candidate", "curve")}
+        d["status"] = r.status.value
+        d["candidate"] = r.label
+        d["curve"] = json.dumps(list(r.curve))
+        rows.append(d)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+# --------------------------------------------------------------------------- runs.csv
+
+
+class RunsFile:
+    """``runs.csv`` of one study folder, safe with several writers on one machine."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        self.lock_path = self.path.with_name(self.path.name + ".lock")
+
+    def read(self) -> list[RunRecord]:
+        return read_runs(self.path)
+
+    def append(self, records: Iterable[RunRecord]) -> int:
+        """Append the records whose ``run_id`` the file does not hold yet (flushed and
+        fsynced, under the lock); returns how many were written."""
+        records = list(records)
+        if not records:
+            return 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                header = self._prepare()
+                write_header = header is None
+                have = {r.run_id for r in read_runs(self.path)}
+                new = [r for r in records if r.run_id not in have]
+                new = list({r.run_id: r for r in new}.values())
+                if not new:
+                    return 0
+                rows = [r.to_row() for r in new]
+                if header is None:
+                    header = list(rows[0])
+                    for row in rows[1:]:
+                        header += [k for k in row if k not in header]
+                buf = io.StringIO()
+                writer = csv.DictWriter(buf, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+                if write_header:
+                    writer.writeheader()
+                writer.writerows(rows)
+                with open(self.path, "a", encoding="utf-8", newline="") as f:
+                    f.write(buf.getvalue())
+                    f.flush()
+                    os.fsync(f.fileno())
+                return len(new)
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _prepare(self) -> list[str] | None:
+        """Under the lock: cut a torn last line, bring a file written before run ids to
+        the current columns (its rows unchanged), and return the header (None: empty)."""
+        if not self.path.exists():
+            return None
+        raw = self.path.read_bytes()
+        if raw and not raw.endswith(b"\n"):
+            raw = raw[: raw.rfind(b"\n") + 1]
+            with open(self.path, "r+b") as f:
+                f.truncate(len(raw))
+        if not raw.strip():
+            self.path.write_bytes(b"")
+            return None
+        header = next(csv.reader(io.StringIO(raw.decode("utf-8", errors="replace"))))
+        if "run_id" in header:
+            return header
+        records = read_runs(self.path)  # a runs.csv from before run ids: rewrite it once
+        rows = [r.to_row() for r in records]
+        new_header = list(COLUMNS) + [c for c in (rows[0] if rows else {}) if c not in COLUMNS]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=new_header, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        atomic_write_text(self.path, buf.getvalue())
+        return new_header
+
+
+def atomic_write_text(path, text: str) -> None:
+    """Write a file so that a reader (or a crash) sees the old or the new content, never
+    a mix: a temporary file in the same folder, fsynced, then renamed over."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

@@ -1,0 +1,150 @@
+"""Helpers shared by several test modules (imported as ``helpers``: pytest puts ``tests/``
+on the path). Test modules never import one another; what two of them need lives here,
+one section per subject."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
+from searchmaps.results import RunRecord, RunsFile, Status
+
+# =========================================================================== statistics, racing, report
+
+
+def long_rows(values, names, metric: str = "val_ppl") -> pd.DataFrame:
+    """Long result rows (candidate, seed, metric) from a ``seeds x candidates`` array;
+    NaN cells (missing runs) are left out."""
+    values = np.asarray(values, dtype=float)
+    n, k = values.shape
+    df = pd.DataFrame({"candidate": np.tile(np.asarray(names, dtype=object), n),
+                       "seed": np.repeat(np.arange(n), k), metric: values.ravel()})
+    return df.dropna().reset_index(drop=True)
+
+
+def se(p: float, n: int) -> float:
+    """Standard error of a share p measured over n simulated studies."""
+    return float(np.sqrt(p * (1 - p) / n))
+
+
+def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int = 3, alpha: float = 0.05,
+                  rng=None, seed_sd: float | None = None, method: str = "ttest",
+                  correction: str = "holm", min_seeds: int = 3) -> dict:
+    """Race on simulated data with known truth, next to the full factorial.
+
+    Run ``s`` of candidate ``c`` scores ``true_means[c] + seed_sd * z_s +
+    noise_sd * e_sc`` (z, e standard normal; ``z_s`` is shared by every candidate
+    on seed s, so pairing removes it; ``seed_sd`` defaults to ``noise_sd``). Every
+    candidate starts with ``start_seeds`` seeds; each round
+    :func:`searchmaps.racing.race_step` drops candidates and every survivor gets one
+    more seed, until ``max_seeds`` or a single survivor. The full factorial trains every
+    candidate on ``max_seeds`` seeds (the same draws) and takes
+    :func:`searchmaps.stats.top_group`.
+
+    Returns ``top_group`` (racing's final survivors), ``trainings``, ``seeds_used``,
+    ``dropped_at`` ({candidate: seeds it had when dropped}), ``full_top_group``,
+    ``full_trainings`` (n_candidates * max_seeds), ``share`` (trainings /
+    full_trainings), ``true_best`` (``"c0"``-style name of the lowest true mean),
+    ``true_best_kept`` and ``same_top_group`` (racing's set == the full one).
+    """
+    from searchmaps.racing import race_step
+    from searchmaps.stats import top_group
+
+    rng = np.random.default_rng(rng)
+    mu = np.asarray(true_means, dtype=float)
+    k = mu.size
+    seed_sd = noise_sd if seed_sd is None else seed_sd
+    names = [f"c{i}" for i in range(k)]
+    values = mu + seed_sd * rng.normal(size=(max_seeds, 1)) + noise_sd * rng.normal(size=(max_seeds, k))
+    col = {c: i for i, c in enumerate(names)}
+
+    survivors, n, dropped_at = list(names), min(start_seeds, max_seeds), {}
+    first_look = min(max(start_seeds, min_seeds), max_seeds)  # alpha is split over looks first_look..max_seeds
+    trainings = k * n
+    while True:
+        idx = [col[c] for c in survivors]
+        step = race_step(long_rows(values[:n, idx], survivors), "val_ppl", alpha, method, correction,
+                         first_look, max_seeds)
+        dropped_at.update({c: n for c in step["dropped"]})
+        survivors = step["survivors"]
+        if len(survivors) == 1 or n >= max_seeds:
+            break
+        n += 1
+        trainings += len(survivors)
+
+    full = top_group(long_rows(values, names), "val_ppl", alpha, method, correction)
+    true_best = names[int(np.argmin(mu))]
+    return {"top_group": survivors, "trainings": int(trainings), "seeds_used": n, "dropped_at": dropped_at,
+            "full_top_group": full, "full_trainings": k * max_seeds,
+            "share": trainings / (k * max_seeds), "true_best": true_best,
+            "true_best_kept": true_best in survivors, "same_top_group": set(survivors) == set(full)}
+
+
+def study_records(results: dict, flops: dict | None = None, errors: dict | None = None, study: str = "s",
+                  rung: int = 0, role: str = "eval") -> list[RunRecord]:
+    """Result records without training: ``results`` maps a candidate label ``MAP|PE`` ->
+    per-seed val_ppl (None for a failed seed); FLOPs default to 1e5 x the map's applied
+    layers, KV bytes to 128 x them."""
+    out = []
+    for cand, ppls in results.items():
+        m, pe = cand.split("|")
+        applied = sum(int(r) for r in m.split(","))
+        for seed, ppl in enumerate(ppls):
+            ok = ppl is not None
+            loss = math.log(ppl) if ok else float("nan")
+            curve = tuple({"step": k, "tokens": 512 * k, "val_loss": loss + 0.5 / k} for k in range(1, 5)) if ok else ()
+            out.append(RunRecord(
+                run_id=f"{cand}-{seed}-{rung}-{role}", map=m, pe=pe, seed=seed, rung=rung, role=role,
+                status=Status.OK if ok else Status.FAILED, config_hash=f"h{cand}", study=study,
+                error="" if ok else (errors or {}).get(cand, "non-finite training loss (nan) at step 3"),
+                val_loss=loss, val_ppl=ppl if ok else float("nan"), train_loss=loss,
+                flops_per_token=(flops or {}).get(cand, 100_000 * applied), kv_bytes_per_token=128 * applied,
+                applied_layers=applied, n_params=41_120, tokens=2048, train_flops=5e8, curve=curve, wall_s=1.0,
+                config={"model.n_layers": len(m.split(",")), "seed": seed}))
+    return out
+
+
+def study_info(name: str, seeds: int, budget: float | None = None, **extra) -> dict:
+    """A study.json as searchmaps.run writes it (the default SQLite storage, relative)."""
+    return {"study": name, "storage": "sqlite:///optuna.db", "sampler": "grid", "space": "ilr4",
+            "budget_flops": budget, "pes": ["rope"], "seeds": seeds, "horizon": "tokens", "tokens": 2048,
+            "train_flops": None, "data": "stdlib", "data_fingerprint": "e9f36c7b92be",
+            "model": {"n_layers": 4, "d_model": 32, "n_heads": 2, "ffn_hidden": 128, "vocab_size": 256,
+                      "seq_len": 32}, **extra}
+
+
+def make_study(folder, results: dict, flops: dict | None = None, budget: float | None = None,
+               errors: dict | None = None, study_json: bool = True):
+    """A study folder without training: ``runs.csv`` of :func:`study_records`, written as
+    searchmaps.run writes it, and ``study.json``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    RunsFile(folder / "runs.csv").append(study_records(results, flops, errors, folder.name))
+    if study_json:
+        info = study_info(folder.name, max(len(v) for v in results.values()), budget)
+        (folder / "study.json").write_text(json.dumps(info))
+    return folder
+
+
+def realistic_results(seeds: int = 5) -> dict:
+    """Eight maps with paired seed effects: deeper maps better, one diverging map."""
+    rng = np.random.default_rng(3)
+    seed_effect = rng.normal(0, 0.4, seeds)
+    true = {"1,1,1,1|rope": 15.2, "2,1,1,1|rope": 14.6, "1,2,1,1|rope": 14.7, "2,2,1,1|rope": 14.1,
+            "3,1,1,1|rope": 14.3, "4,2,1,1|rope": 13.8, "3,2,2,1|rope": 13.85, "2,2,2,2|rope": 13.95}
+    out = {c: list(np.round(mu + seed_effect + rng.normal(0, 0.08, seeds), 3)) for c, mu in true.items()}
+    out["4,4,1,1|rope"] = [None] * seeds
+    return out
+
+
+# =========================================================================== training
+
+
+def tiny_spec(reuse="1,1", pe="rope", seed=0, tokens=4096, compile=False, precision="fp32", **train_kw) -> TrialSpec:
+    model = ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32, pe=pe).with_map(reuse)
+    train = TrainConfig(tokens=tokens, batch_size=4, eval_tokens=512, precision=precision, compile=compile,
+                        **train_kw)
+    return TrialSpec(model=model, train=train, seed=seed)

@@ -1,0 +1,92 @@
+"""The house: modules import only downward (the order below, which the README's
+architecture section follows), nothing imports in a circle, Ray and Optuna stay in their
+rooms, and no module reaches into another's private names or Optuna's."""
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
+
+# pipeline order, lowest first: a module may import only modules before it
+ORDER = ["config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "racing",
+         "train", "scheduler", "ledger", "plan", "report.sentences", "report.figures", "report.summary",
+         "report.page", "report.write", "report", "study", "driver", "executor", "cli", "train.__main__",
+         "report.__main__", "run"]
+ONLY_HERE = {"ray": {"executor"}, "optuna": {"study"}, "optuna_dashboard": {"study"}}
+
+
+def modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        rel = path.relative_to(PACKAGE).with_suffix("")
+        parts = list(rel.parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        if parts:
+            out[".".join(parts)] = path
+    return out
+
+
+def imports(name: str, path: Path):
+    """(imported searchmaps module, imported names, top-level third-party package) of every
+    import statement, at any depth of the file."""
+    pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = pkg[: len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
+                target = ".".join(base)
+                names = [a.name for a in node.names]
+                if not node.module:  # from . import x, y: modules or names of the package
+                    for a in names:
+                        yield (f"{target}.{a}" if f"{target}.{a}" in MODULES else target or a), [a], None
+                    continue
+                yield target, names, None
+            else:
+                yield None, [a.name for a in node.names], node.module.split(".")[0]
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield None, [], a.name.split(".")[0]
+
+
+MODULES = modules()
+
+
+def test_the_order_names_every_module():
+    assert sorted(MODULES) == sorted(ORDER)
+
+
+def test_imports_run_down_only_so_there_is_no_circle():
+    rank = {m: i for i, m in enumerate(ORDER)}
+    wrong = []
+    for name, path in MODULES.items():
+        for target, _, _ in imports(name, path):
+            if target is None or target == name:
+                continue
+            if target.startswith(name + "."):  # a package importing its own submodules
+                continue
+            if rank[target] >= rank[name]:
+                wrong.append(f"{name} -> {target}")
+    assert not wrong, wrong
+
+
+def test_ray_and_optuna_are_imported_only_in_their_rooms():
+    for name, path in MODULES.items():
+        for _, _, package in imports(name, path):
+            if package in ONLY_HERE:
+                assert name in ONLY_HERE[package], f"{name} imports {package}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    for name, path in MODULES.items():
+        for target, names, _ in imports(name, path):
+            if target is not None:
+                assert not [n for n in names if n.startswith("_")], f"{name} imports {names} from {target}"
+
+
+def test_no_use_of_optunas_private_attributes():
+    private = {"_storage", "_study_id", "_trial_id", "_backend", "_get_stale_trial_ids"}
+    for name, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                assert node.attr not in private, f"{name} uses .{node.attr}"
