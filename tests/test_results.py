@@ -119,3 +119,12 @@ def test_a_runs_csv_from_before_run_ids_is_read_and_brought_up_to_date_once(tmp_
 def test_perplexity_saturates_instead_of_overflowing():
     assert perplexity(2.0) == pytest.approx(math.exp(2.0))
     assert perplexity(710.0) == math.inf and math.isnan(perplexity(float("nan")))
+
+
+@pytest.mark.parametrize("study", ["ilr-table1-rope-tokens", "ilr-table1-rope-flops"])
+def test_committed_studies_hold_a_relative_storage_and_their_planned_comparisons(study):
+    import json
+
+    info = json.loads((COMMITTED.parent.parent / study / "study.json").read_text())
+    assert info["storage"] == "sqlite:///optuna.db"  # relative to the study folder, no machine's path
+    assert info["planned"] == ["4,2,1,1/2,2,2,2", "4,2,1,1/3,2,2,1", "all/1,1,1,1"]

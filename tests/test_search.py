@@ -86,7 +86,12 @@ def test_search_end_to_end_on_a_ray_cluster(ray_cluster, space_file, tmp_path, c
     rows = read_runs(results / "s1" / "runs.csv")
     assert_each_pair_once(rows)
     assert all(r.status.value == "ok" and r.config["model.d_model"] == 32 and r.study == "s1" for r in rows)
-    # paired seeds: seed s of every map starts from the same draw and sees the same batches
+    # paired seeds: for each seed, every map's training differs from the others' only in the map,
+    # so it starts from the same draw and sees the same batches (data.train_batches depends on the
+    # corpus, batch size, sequence length and seed alone)
+    for seed in (0, 1):
+        configs = [{k: v for k, v in r.config.items() if k != "model.reuse"} for r in rows if r.seed == seed]
+        assert len(configs) == 3 and all(c == configs[0] for c in configs) and configs[0]["seed"] == seed
     assert len({r.config_hash for r in rows}) == 3
     info = json.loads((results / "s1" / "study.json").read_text())
     assert info["storage"] == "sqlite:///optuna.db"  # relative: the folder can move
