@@ -39,6 +39,15 @@ def count(text: str) -> int:
     return int(value)
 
 
+def counts(text: str) -> tuple[int, ...]:
+    """One or more whole numbers, comma-separated (``3e5,1.2e6``): a horizon or a ladder."""
+    return tuple(count(part) for part in text.split(","))
+
+
+def numbers(text: str) -> tuple[float, ...]:
+    return tuple(number(part) for part in text.split(","))
+
+
 def number(text: str) -> float:
     try:
         return float(text)
@@ -85,10 +94,12 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 def add_train_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("training")
     h = g.add_mutually_exclusive_group()
-    h.add_argument("--tokens", type=count, default=None,
-                   help="training tokens per run: every map sees the same tokens (default 2e6)")
-    h.add_argument("--train-flops", type=number, default=None,
-                   help="training FLOPs per run: every map gets the same compute, heavier maps see fewer tokens")
+    h.add_argument("--tokens", type=counts, default=None,
+                   help="training tokens per run: every map sees the same tokens (default 2e6); a comma list "
+                        "(3e5,1.2e6,4.8e6) is a horizon ladder served by one training (needs --schedule wsd)")
+    h.add_argument("--train-flops", type=numbers, default=None,
+                   help="training FLOPs per run: every map gets the same compute, heavier maps see fewer tokens; "
+                        "a comma list is a ladder")
     g.add_argument("--batch-size", type=int, default=None, help="sequences per step (default 16)")
     g.add_argument("--lr", type=number, default=None, help="peak learning rate (default 3e-3)")
     g.add_argument("--warmup-frac", type=number, default=None, help="share of steps in linear warm-up (default 0.1)")
@@ -105,7 +116,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
 def add_schedule_args(g) -> None:
     """The learning-rate schedule flags, shared by searchmaps.train and searchmaps.run."""
     g.add_argument("--schedule", choices=SCHEDULES, default=None,
-                   help="cosine (warm-up, cosine decay to 0) or wsd (warm-up, constant, cooldown); default cosine")
+                   help="wsd (warm-up, constant, cooldown; the default) or cosine (warm-up, cosine decay to 0)")
     g.add_argument("--cooldown-frac", type=number, default=None,
                    help="wsd: share of the horizon's steps in the cooldown (default 0.2)")
     g.add_argument("--cooldown-shape", choices=COOLDOWN_SHAPES, default=None,
@@ -148,14 +159,20 @@ def train_overrides(args: argparse.Namespace) -> dict:
     flags a command does not define count as unset."""
     out = {}
     if getattr(args, "tokens", None) is not None:
-        out.update(tokens=args.tokens, train_flops=None)
+        out.update(tokens=args.tokens[0], train_flops=None)
     if getattr(args, "train_flops", None) is not None:
-        out.update(tokens=None, train_flops=args.train_flops)
+        out.update(tokens=None, train_flops=args.train_flops[0])
     for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens", "schedule",
               "cooldown_frac", "cooldown_shape", "warmup_steps"):
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
     return out
+
+
+def ladder_from_args(args: argparse.Namespace) -> tuple[float, ...] | None:
+    """The horizons of a ladder (``--tokens A,B,C`` or ``--train-flops A,B,C``); None for one."""
+    hs = getattr(args, "tokens", None) or getattr(args, "train_flops", None)
+    return tuple(hs) if hs is not None and len(hs) > 1 else None
 
 
 def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None) -> TrialSpec:

@@ -269,7 +269,7 @@ class TrainConfig:
     eval_tokens: int = 32_768  # held-out tokens per validation (fixed windows)
     precision: Precision = "bf16"
     compile: bool = True  # torch.compile each decoder layer (one compile serves every map)
-    schedule: Schedule = "cosine"  # cosine: warm-up, cosine decay; wsd: warm-up, constant, cooldown
+    schedule: Schedule = "wsd"  # wsd: warm-up, constant, cooldown (benchmarks/schedules.py); cosine: warm-up, decay
     cooldown_frac: float = 0.2  # wsd: share of the horizon's steps in the cooldown
     cooldown_shape: CooldownShape = "1-sqrt"  # wsd: 1 - sqrt(progress) (Hagele et al. 2024) or linear
     warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung
@@ -354,6 +354,8 @@ class TrialSpec:
     def from_dict(cls, d: dict) -> "TrialSpec":
         model_kw = {k[6:]: v for k, v in d.items() if k.startswith("model.")}
         train_kw = {k[6:]: v for k, v in d.items() if k.startswith("train.")}
+        if train_kw and "schedule" not in train_kw:
+            train_kw["schedule"] = "cosine"  # written before the field existed: every run then was cosine
         n_layers = int(model_kw.get("n_layers", 4))
         model_kw["reuse"] = ReuseMap.parse(str(model_kw.get("reuse", "1," * n_layers)).rstrip(","), n_layers)
         return cls(

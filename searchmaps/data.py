@@ -33,7 +33,6 @@ import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
@@ -105,20 +104,37 @@ def check_fits(corpus: Corpus, batch_size: int, seq_len: int, eval_tokens: int |
         raise DataError(f"--eval-tokens {eval_tokens} is less than one window (--seq-len {seq_len})")
 
 
-def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int
-                  ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+class BatchStream:
+    """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only.
+    :meth:`state` and :meth:`restore` save and rewind the position, so a horizon ladder's
+    branch can run ahead and the main run go on with exactly the batches it would have seen."""
+
+    def __init__(self, corpus: Corpus, batch_size: int, seq_len: int, seed: int):
+        check_fits(corpus, batch_size, seq_len)
+        self._corpus, self._batch_size = corpus, batch_size
+        self._rng = np.random.default_rng(seed)
+        self._offsets = np.arange(seq_len + 1)
+        self._high = len(corpus.train) - seq_len  # exclusive: the last start leaves room for y
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        starts = self._rng.integers(0, self._high, size=self._batch_size)
+        return _pair(self._corpus.train[starts[:, None] + self._offsets])
+
+    def state(self) -> dict:
+        import copy
+
+        return copy.deepcopy(self._rng.bit_generator.state)
+
+    def restore(self, state: dict) -> None:
+        self._rng.bit_generator.state = state
+
+
+def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int) -> BatchStream:
     """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only."""
-    check_fits(corpus, batch_size, seq_len)
-    rng = np.random.default_rng(seed)
-    offsets = np.arange(seq_len + 1)
-    high = len(corpus.train) - seq_len  # exclusive: the last start leaves room for y
-
-    def gen() -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        while True:
-            starts = rng.integers(0, high, size=batch_size)
-            yield _pair(corpus.train[starts[:, None] + offsets])
-
-    return gen()
+    return BatchStream(corpus, batch_size, seq_len, seed)
 
 
 def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int

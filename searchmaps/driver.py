@@ -22,7 +22,7 @@ from . import faults
 from .ledger import HEARTBEAT_S, Ledger
 from .plan import SearchPlan
 from .results import RunRecord, RunsFile, Status, failed_record
-from .scheduler import RacingRule, Scheduler, Unit
+from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Unit
 from .study import SearchStudy
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
@@ -31,8 +31,8 @@ MAX_CRASHES = 2  # a training whose process died runs again this many times, the
 
 @dataclass
 class Progress:
-    trainings: int = 0  # finished by this driver
-    train_s: float = 0.0  # their wall seconds
+    trainings: int = 0  # units (a whole ladder, or one rung with promotion) finished by this driver
+    train_s: float = 0.0  # their workers' wall seconds
     recovered: int = 0  # trials closed at start because no live driver owned them
 
 
@@ -63,6 +63,9 @@ class Driver:
             racing=RacingRule(plan.race_start_seeds, plan.alpha) if plan.racing else None,
             max_crashes=MAX_CRASHES,
             claim=lambda unit: ledger.claim(unit.key, unit.candidate.label),
+            rungs=plan.rungs,
+            promotion=PromotionRule(plan.alpha) if plan.promote else None,
+            horizons=plan.ladder,
         )
         self._refresh(force=True)
 
@@ -127,30 +130,57 @@ class Driver:
     def spec(self, unit: Unit):
         return self.plan.spec(unit.candidate, unit.seed)
 
-    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "") -> None:
-        """Record a finished training; ``records`` None means its process died (``why``)."""
+    def job(self, unit: Unit) -> dict:
+        """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
+        and record, and (promotion) the saved state to continue from and to save."""
+        plan = self.plan
+        job = {"spec": self.spec(unit).to_dict(), "vocab_size": plan.vocab_size, "unit": unit.key,
+               "seed": unit.seed, "horizons": list(plan.ladder) or None, "first": unit.first, "last": unit.last,
+               "record": self.scheduler.needed(unit)}
+        if plan.promote:
+            job["resume"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
+            job["save"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) \
+                if unit.last < plan.rungs - 1 else None
+        return job
+
+    def partial(self, unit: Unit, records: list[RunRecord]) -> None:
+        """Rows of some rungs of a ladder still training (it reports rung by rung)."""
+        with self._lock:
+            self._store(unit, records)
+
+    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> None:
+        """Record a finished training (``wall_s``: its worker's seconds); ``records`` None
+        means its process died (``why``)."""
         with self._lock:
             if records is None:
                 status = self.scheduler.crash_status(unit)
                 records = [failed_record(self.spec(unit), f"the training process died ({why or 'see Ray logs'})",
-                                         status)]
-            records = [self._check_data(r) for r in records]
-            stored = self.ledger.record(unit.key, records)
-            faults.point("recorded")
+                                         status).replace(rung=unit.first)]
+            stored = self._store(unit, records, final=True, wall_s=wall_s)
+            if not stored and self.scheduler.needed(unit):  # another driver took it over; its rows will come
+                self.scheduler.release(unit)
+            if self.plan.promote and unit.first > 0 and not self.scheduler.needed(unit):
+                self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
+
+    def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:
+        records = [self._check_data(r) for r in records]
+        stored = self.ledger.record(unit.key, records)
+        faults.point("recorded")
+        if final:
             if any(r.status is Status.CRASHED for r in records):
                 self.ledger.release(unit.key)
             else:
                 self.ledger.finish(unit.key)
-            if not stored:  # another driver took the unit over meanwhile; its rows will come
-                self.scheduler.release(unit)
-            self.runs.append(stored)
-            self.scheduler.add_rows(stored)
-            for r in stored:
-                self.progress.trainings += 1
-                self.progress.train_s += r.wall_s
-                if self.on_row:
-                    self.on_row(r, self.scheduler.remaining())
-            self._tell()
+        self.runs.append(stored)
+        self.scheduler.add_rows(stored)
+        if final:
+            self.progress.trainings += 1
+            self.progress.train_s += wall_s
+        for r in stored:
+            if self.on_row:
+                self.on_row(r, self.scheduler.remaining())
+        self._tell()
+        return stored
 
     def _check_data(self, r: RunRecord) -> RunRecord:
         fp = self.plan.data_fingerprint
@@ -179,8 +209,14 @@ class Driver:
 
     def _tell(self) -> None:
         for event in self.scheduler.take_events():
-            if self.study.tell(event):
+            if isinstance(event, RungDone):
+                self.study.report_rung(event)
+            elif self.study.tell(event):
                 faults.point("told")
+            if isinstance(event, Finished) and event.stopped and self.plan.promote:
+                for seed in range(self.plan.seeds):  # a stopped run will not be continued
+                    for rung in range(self.plan.rungs):
+                        self.plan.checkpoint(event.candidate, seed, rung).unlink(missing_ok=True)
 
     def _import_legacy_rows(self) -> None:
         """A study folder whose runs.csv predates the storage's copy of the rows (or whose

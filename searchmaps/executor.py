@@ -104,17 +104,35 @@ def resident_mb() -> float:
 
 
 def run_training(config: dict) -> None:
-    """The Ray Tune trainable: one unit's training, reported once as JSON records."""
+    """The Ray Tune trainable: one unit's training. A ladder reports each rung's record as
+    soon as it exists (so a worker that dies later loses nothing before it); the last
+    report carries the unit's wall seconds."""
+    import time
+    from pathlib import Path
+
     from ray import tune
 
     from .train import train_or_fail
 
+    t0 = time.perf_counter()
     spec = TrialSpec.from_dict(config["spec"])
-    rec = train_or_fail(spec, vocab_size=config.get("vocab_size"))
+    first, resume = config.get("first", 0), config.get("resume")
+    if resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
+        first, resume = 0, None  # (same numbers, more compute)
+    reported = []
+
+    def report(recs, final=False):
+        recs = [r.replace(rss_mb=resident_mb()) for r in recs]
+        # one JSON string (Tune's JSON logger keeps it as it is; a list of strings is no metric)
+        tune.report({"records": json.dumps([r.to_json() for r in recs]), "val_ppl": recs[-1].val_ppl if recs
+                     else float("nan"), "final": final, "unit_wall_s": time.perf_counter() - t0})
+        reported.extend(r.run_id for r in recs)
+
+    recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
+                         last=config.get("last", 0), record=config.get("record") or None, resume=resume,
+                         save=config.get("save"), on_rung=lambda r: report([r]) if config.get("horizons") else None)
     release_freed_memory()
-    rec = rec.replace(rss_mb=resident_mb())
-    # one JSON string (Tune's loggers are off, and a list of strings is not a metric to them anyway)
-    tune.report({"records": json.dumps([rec.to_json()]), "val_ppl": rec.val_ppl})
+    report([r for r in recs if r.run_id not in reported], final=True)
 
 
 # --------------------------------------------------------------------------- searcher
@@ -138,13 +156,17 @@ def make_searcher(driver: Driver):
                 time.sleep(0.05)  # Tune polls again at once; do not spin on the storage
                 return None
             self.units[trial_id] = unit
-            return {"spec": driver.spec(unit).to_dict(), "vocab_size": driver.plan.vocab_size,
-                    "unit": unit.key, "seed": unit.seed}
+            return driver.job(unit)
+
+        def on_trial_result(self, trial_id: str, result: dict) -> None:
+            if "records" in result and not result.get("final"):
+                driver.partial(self.units[trial_id], [RunRecord.from_json(r) for r in json.loads(result["records"])])
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
             unit = self.units.pop(trial_id)
-            if result and "records" in result:
-                driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])])
+            if result and result.get("final"):
+                driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])],
+                                wall_s=float(result.get("unit_wall_s", 0.0)))
             else:  # the worker process died (killed, out of host memory, node lost)
                 driver.complete(unit, None, "killed, out of memory or node lost; see results/<study>/ray")
 

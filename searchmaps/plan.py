@@ -18,7 +18,7 @@ import numpy as np
 from . import flops
 from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, parse_planned
 from .results import atomic_write_text
-from .schedule import plan_steps
+from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
 
 SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
@@ -54,6 +54,9 @@ class SearchPlan:
     race_start_seeds: int = 3
     alpha: float = 0.05
     planned: tuple[str, ...] = ()  # pre-registered comparisons, A/B
+    ladder: tuple[float, ...] = ()  # horizons served by one training (needs schedule wsd); () -> the space's
+    promote: bool = False  # statistical successive halving along the ladder
+    target: float | None = None  # the horizon the report extrapolates a ladder's fits to
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -96,8 +99,23 @@ class SearchPlan:
             if not 2 <= self.race_start_seeds <= seeds:
                 raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), "
                                   f"got {self.race_start_seeds}")
-        heaviest = max(feasible_maps(self.space, self.budget_flops), key=lambda m: m.applied_layers)
-        plan_steps(self.spec(Candidate(heaviest, pes[0]), 0))  # a FLOP-matched horizon must buy one step
+        set_("ladder", tuple(float(h) for h in (self.ladder or self.space.ladder)))
+        if len(self.ladder) == 1:
+            set_("ladder", ())
+        maps = feasible_maps(self.space, self.budget_flops)
+        for m in {max(maps, key=lambda m: m.applied_layers), min(maps, key=lambda m: m.applied_layers)}:
+            spec = self.spec(Candidate(m, pes[0]), 0)
+            plan_steps(spec)  # a FLOP-matched horizon must buy one step
+            if self.ladder:
+                make_ladder(spec, self.ladder)  # increasing, wsd, distinct steps, cooldowns after the warm-up
+        if self.target is not None and not (math.isfinite(self.target) and self.target > 0):
+            raise ConfigError(f"--target-tokens must be a positive number, got {self.target}")
+        if self.promote:
+            if len(self.ladder) < 2:
+                raise ConfigError("--promote needs a horizon ladder: give --tokens (or --train-flops) as a comma "
+                                  "list, e.g. --tokens 3e5,1.2e6,4.8e6 --schedule wsd")
+            if self.racing or self.sampler not in ("grid", "random"):
+                raise ConfigError("--promote needs a fixed candidate list (--sampler grid or random) and no --racing")
         set_("planned", tuple(self.planned))
         self.check_planned()
 
@@ -143,8 +161,20 @@ class SearchPlan:
         return dataclasses.replace(self.space.model, reuse=cand.reuse, pe=cand.pe, vocab_size=self.vocab_size)
 
     def spec(self, cand: Candidate, seed: int) -> TrialSpec:
-        return TrialSpec(model=self.model(cand), train=self.space.train, seed=seed, data=self.data,
+        """The candidate's training at ``seed`` (with a ladder: to its first horizon; the ladder
+        itself is :attr:`ladder`)."""
+        spec = TrialSpec(model=self.model(cand), train=self.space.train, seed=seed, data=self.data,
                          threads=self.threads, device=self.device)
+        return with_horizon(spec, self.ladder[0]) if self.ladder else spec
+
+    @property
+    def rungs(self) -> int:
+        return max(1, len(self.ladder))
+
+    def checkpoint(self, cand: Candidate, seed: int, rung: int) -> Path:
+        """Where promotion keeps a run's state at rung ``rung``'s cooldown start."""
+        safe = "".join(ch if ch.isalnum() else "_" for ch in cand.label)
+        return self.study_dir / "checkpoints" / f"{safe}-seed{seed}-rung{rung}.pt"
 
     def baseline(self) -> Candidate | None:
         """The all-ones map under the first PE, if it is a candidate."""
@@ -213,6 +243,8 @@ class SearchPlan:
             "model": {k: v for k, v in dataclasses.asdict(self.space.model).items() if k != "reuse"},
             "train": dataclasses.asdict(t),
             "racing": self.racing,
+            "ladder": list(self.ladder),
+            "promote": self.promote,
         }
 
     def storage_for_files(self) -> str:
@@ -233,6 +265,11 @@ class SearchPlan:
                 "storage_note": "a sqlite:/// path without a leading / is relative to this folder",
                 **json.loads(json.dumps(self.protocol())),
                 "planned": list(self.planned) or list(registered)}
+        if self.target:
+            info["target"] = self.target
+        if self.space.published:
+            info["published"] = {"source": self.space.published_source, "tokens": self.space.published_tokens,
+                                 "values": {f"{m}|{pe}": v for pe, m, v in self.space.published if pe in self.pes}}
         atomic_write_text(path, json.dumps(info, indent=2) + "\n")
         return path
 

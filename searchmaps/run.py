@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from . import faults
-from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, count, fail, model_overrides, number,
-                  resolve_compile, resolve_precision, train_overrides)
+from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, count, counts, fail, ladder_from_args,
+                  model_overrides, number, numbers, resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, ConfigError
 from .data import DataError, load_corpus
 from .plan import SAMPLERS, SearchPlan
@@ -58,10 +58,18 @@ def build_parser() -> Parser:
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
-    h.add_argument("--tokens", type=count, default=None,
-                   help="training tokens per run, the same for every map (default: the space's)")
-    h.add_argument("--train-flops", type=number, default=None,
-                   help="training FLOPs per run, the same for every map: heavier maps see fewer tokens")
+    h.add_argument("--tokens", type=counts, default=None,
+                   help="training tokens per run, the same for every map (default: the space's); a comma list "
+                        "(3e5,1.2e6,4.8e6) is a horizon ladder one training serves (needs --schedule wsd)")
+    h.add_argument("--train-flops", type=numbers, default=None,
+                   help="training FLOPs per run, the same for every map: heavier maps see fewer tokens; a comma "
+                        "list is a ladder")
+    p.add_argument("--target-tokens", type=number, default=None, metavar="N",
+                   help="with a ladder: the horizon the report extrapolates each map's fitted loss curve to (tokens; "
+                        "training FLOPs for --train-flops; default: the space's published horizon, else 10x the last)")
+    p.add_argument("--promote", action="store_true",
+                   help="statistical successive halving along the ladder: after each horizon only the candidates "
+                        "in its top group go on (their runs continue from a saved state)")
     g = p.add_argument_group("proxy overrides (default: the space's)")
     g.add_argument("--batch-size", type=int, default=None)
     g.add_argument("--lr", type=number, default=None)
@@ -109,7 +117,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
                   gpus_per_trial=args.gpus_per_trial, threads=args.threads, device=device,
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
-                  alpha=args.alpha, planned=tuple(args.planned or ()))
+                  alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
+                  promote=args.promote, target=args.target_tokens)
     plan = SearchPlan(**common)  # checks every setting before the data is read
     if args.dry_run:
         return dataclasses.replace(plan, study=args.study or default_study_name(plan))
@@ -124,6 +133,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
 def default_study_name(plan: SearchPlan) -> str:
     t = plan.space.train
     horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
+    if plan.ladder:
+        horizon += f"-to{plan.ladder[-1]:.0e}"
     return f"{plan.space.name}-{'-'.join(plan.pes)}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")
 
 
@@ -210,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
             for s in EXIT_INTERRUPTED:  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
                 signal.signal(s, _on_signal)
             faults.point("ray-start")
-            bar.start(driver.remaining())
+            bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
             driver.start_heartbeat()
             from .executor import execute
 
@@ -254,13 +265,16 @@ class _progress_bar:
     def start(self, total: int) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=f"{self.plan.study}: trainings", unit="run", disable=self.quiet,
+        unit = "rung" if self.plan.ladder else "run"
+        self.bar = tqdm(total=total, desc=f"{self.plan.study}: trainings", unit=unit, disable=self.quiet,
                         file=sys.stderr, dynamic_ncols=True)
 
     def on_row(self, row, remaining: int) -> None:
+        """One row: a training, or one rung of a ladder (a unit without promotion has them all)."""
         if self.bar is None:
             return
-        self.bar.total = self.bar.n + 1 + remaining  # racing and optimisers change the total on the way
+        per_unit = 1 if self.plan.promote else self.plan.rungs
+        self.bar.total = self.bar.n + 1 + remaining * per_unit  # racing and optimisers change the total
         self.bar.set_postfix_str(f"{row.label} seed {row.seed}: "
                                  + (f"ppl {fmt_ppl(row.val_ppl)}" if row.ok else row.status.value))
         self.bar.update(1)
@@ -287,6 +301,10 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
     if p.recovered:
         print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
     rows = [r for r in driver.rows() if r.role == "eval"]
+    if plan.ladder:
+        print_ladder(plan, rows)
+        last = max((r.rung for r in rows), default=0)
+        rows = [r for r in rows if r.rung == last]  # the answer is the last horizon's
     frame = records_frame(rows)
     ok = frame[(frame["status"] == "ok") & frame["val_ppl"].map(math.isfinite)]
     ok = ok.drop_duplicates(["candidate", "seed"], keep="last")
@@ -311,6 +329,35 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
             print(f"smallest difference these {mde['n_seeds']} seeds detect with 80 % power: "
                   f"{mde['mde']:.3g} perplexity" + (" (the top group's gaps are below it: add seeds)"
                                                     if len(res['top_group']) > 1 else ""))
+
+
+def print_ladder(plan: SearchPlan, rows) -> None:
+    """Each rung's horizon and how many candidates reached it; with promotion, what the
+    study trained against the full ladder, in trainings and tokens."""
+    from .schedule import make_ladder, tokens_per_step
+
+    unit = "tokens" if plan.space.train.tokens is not None else "training FLOPs"
+    reached = {}
+    for r in rows:
+        if r.status.value != "crashed":
+            key = (r.label, r.seed)
+            reached[key] = max(reached.get(key, -1), r.rung)
+    per_rung = [sorted({label for (label, _), top in reached.items() if top >= i}) for i in range(plan.rungs)]
+    print(f"ladder of {plan.rungs} horizons ({unit}): " + ", ".join(
+        f"{h:,.4g} ({len(c)} candidates)" for h, c in zip(plan.ladder, per_rung)), file=sys.stderr)
+    if not plan.promote or plan.candidates is None:
+        return
+    spent = full = runs = 0
+    for cand in plan.candidates:
+        for seed in range(plan.seeds):
+            lad = make_ladder(plan.spec(cand, seed), plan.ladder)
+            per = tokens_per_step(lad.specs[0])
+            top = reached.get((cand.label, seed), -1)
+            spent += lad.steps_to(top) * per if top >= 0 else 0
+            full += lad.steps_to(plan.rungs - 1) * per
+            runs += top + 1
+    print(f"promotion: {runs} of {len(plan.candidates) * plan.seeds * plan.rungs} rung trainings, "
+          f"{spent:,} of {full:,} tokens ({spent / full:.0%}) of the full ladder", file=sys.stderr)
 
 
 def write_report(plan: SearchPlan) -> None:

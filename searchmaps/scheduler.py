@@ -1,17 +1,21 @@
 """Which training runs next, decided from result rows alone.
 
 A :class:`Scheduler` walks the candidates (a fixed list, or one proposal at a time from
-an optimiser), hands out one :class:`Unit` (a candidate and a seed) per free worker,
-gives racing its rounds, retries trainings whose process died, and skips every unit the
-rows already hold, so a resumed search repeats nothing. It knows no Ray, no Optuna and
-no database: the executor feeds it rows (its own and other drivers') and asks it for
-units, and the two things that touch shared state come in as plain callables:
+an optimiser), hands out one :class:`Unit` (a candidate, a seed and the rungs of the
+horizon ladder to train) per free worker, gives racing its rounds and promotion its rungs,
+retries trainings whose process died, and skips every row the study already holds, so a
+resumed search repeats nothing. It knows no Ray, no Optuna and no database: the executor
+feeds it rows (its own and other drivers') and asks it for units, and the two things
+that touch shared state come in as plain callables:
 
 - ``claim(unit) -> bool``: may this driver train ``unit``? (False: another driver has it;
   its rows will arrive through :meth:`Scheduler.add_rows`);
 - ``propose() -> Candidate | None``: the optimiser's next candidate (None: no more).
 
-Every path is unit-tested with made-up rows in ``tests/test_scheduler.py``.
+With a ladder of ``rungs`` horizons a unit trains every rung in one run; with promotion
+(statistical successive halving) it trains one rung, and only the candidates in that
+rung's top group go on to the next, continuing their runs. Every path is unit-tested with
+made-up rows in ``tests/test_scheduler.py``.
 """
 
 from __future__ import annotations
@@ -33,24 +37,42 @@ WAIT = _Wait()  # nothing to hand out now, but the search is not over: ask again
 
 @dataclass(frozen=True)
 class Unit:
-    """One training: a candidate at one seed."""
+    """One training: a candidate at one seed, rungs ``first..last`` of the ladder."""
 
     candidate: Candidate
     seed: int
+    first: int = 0
+    last: int = 0
 
     @property
     def key(self) -> str:
-        """The unit's name in the study's claims: ``4,2,1,1|rope#0``."""
-        return f"{self.candidate.label}#{self.seed}"
+        """The unit's name in the study's claims: ``4,2,1,1|rope#0`` (``@1-1``: rungs 1..1)."""
+        span = "" if (self.first, self.last) == (0, 0) else f"@{self.first}-{self.last}"
+        return f"{self.candidate.label}#{self.seed}{span}"
+
+    @property
+    def rungs(self) -> range:
+        return range(self.first, self.last + 1)
+
+
+@dataclass(frozen=True)
+class RungDone:
+    """Every planned seed of a candidate has its row at one rung (an intermediate value)."""
+
+    candidate: Candidate
+    rung: int
+    rows: tuple[RunRecord, ...]
 
 
 @dataclass(frozen=True)
 class Finished:
-    """A candidate has all the rows it will get: its planned seeds, or racing dropped it."""
+    """A candidate has all the rows it will get: its planned seeds at the last rung, or
+    racing dropped it, or promotion stopped it at an earlier rung."""
 
     candidate: Candidate
-    rows: tuple[RunRecord, ...]  # one per seed, seed order
+    rows: tuple[RunRecord, ...]  # one per seed, seed order, at the last rung it reached
     dropped: str = ""  # why racing stopped it early; "" when it ran every planned seed
+    stopped: str = ""  # why promotion stopped it before the last rung
 
     @property
     def failed(self) -> bool:
@@ -67,29 +89,49 @@ class RacingRule:
     alpha: float = 0.05
 
 
+@dataclass(frozen=True)
+class PromotionRule:
+    """Statistical successive halving: after each rung, the candidates in that rung's top
+    group (:func:`searchmaps.stats.top_group` over the seeds: paired t-test, Holm over the
+    pairs) go on to the next rung. ``alpha`` is split evenly over the ladder's looks (one
+    per rung but the last), as racing splits it over its rounds: each look may stop a map
+    as good as the best with probability up to its share, so the whole ladder keeps it
+    with probability at least 1 - alpha."""
+
+    alpha: float = 0.05
+
+
 class Scheduler:
     def __init__(self, seeds: int, candidates: Sequence[Candidate] | None = None,
                  propose: Callable[[], Candidate | None] | None = None, known: Sequence[Candidate] = (),
                  racing: RacingRule | None = None, max_crashes: int = 2,
-                 claim: Callable[[Unit], bool] | None = None):
+                 claim: Callable[[Unit], bool] | None = None, rungs: int = 1,
+                 promotion: PromotionRule | None = None, horizons: Sequence[float] = ()):
         if (candidates is None) == (propose is None):
             raise ValueError("give either a fixed candidate list or a propose function")
+        if promotion is not None and (racing is not None or candidates is None or rungs < 2):
+            raise ValueError("promotion needs a fixed candidate list, a ladder of 2+ rungs and no racing")
         self.seeds = seeds
         self.racing = racing
+        self.promotion = promotion
+        self.rungs = rungs
+        self.horizons = tuple(horizons)
         self.max_crashes = max_crashes
         self._claim = claim or (lambda unit: True)
         self._propose = propose
         self._pending = list(dict.fromkeys(known)) + ([c for c in dict.fromkeys(candidates) if c not in known]
                                                      if candidates is not None else [])
         self._active: list[Candidate] = []
-        self._planned: dict[Candidate, int] = {}
+        self._planned: dict[Candidate, int] = {}  # seeds 0..n-1 planned (racing raises it)
+        self._rung: dict[Candidate, int] = {}  # promotion: the rung being trained
         self._finished: set[Candidate] = set()
-        self._rows: dict[tuple[str, int], RunRecord] = {}
-        self._crashes: dict[tuple[str, int], int] = {}
+        self._rung_done: set[tuple[Candidate, int]] = set()
+        self._rows: dict[tuple[str, int, int], RunRecord] = {}  # (label, seed, rung)
+        self._crashes: dict[tuple[str, int], int] = {}  # (unit key) -> deaths
         self._seen: set[str] = set()
         self._in_flight: set[Unit] = set()
         self._elsewhere: set[Unit] = set()
-        self._events: list[Finished] = []
+        self._events: list[RungDone | Finished] = []
         self._exhausted = propose is None
 
     # ------------------------------------------------------------------ rows in
@@ -102,15 +144,17 @@ class Scheduler:
             if r.run_id in self._seen or r.role != "eval":
                 continue
             self._seen.add(r.run_id)
-            key = (r.label, r.seed)
-            unit = next((u for u in self._in_flight | self._elsewhere if (u.candidate.label, u.seed) == key), None)
-            if unit is not None:
+            if r.status is Status.CRASHED:
+                unit = self._unit_of(r.candidate, r.seed, r.rung)
+                self._crashes[unit.key] = self._crashes.get(unit.key, 0) + 1
                 self._in_flight.discard(unit)
                 self._elsewhere.discard(unit)
-            if r.status is Status.CRASHED:
-                self._crashes[key] = self._crashes.get(key, 0) + 1
             else:
-                self._rows[key] = r
+                self._rows[(r.label, r.seed, r.rung)] = r
+                for unit in [u for u in self._in_flight | self._elsewhere
+                             if (u.candidate.label, u.seed) == (r.label, r.seed) and self._done(u)]:
+                    self._in_flight.discard(unit)
+                    self._elsewhere.discard(unit)
             touched.add(r.label)
         for cand in self._active:
             if cand.label in touched:
@@ -119,8 +163,7 @@ class Scheduler:
     def crash_status(self, unit: Unit) -> Status:
         """How to record a training of ``unit`` whose process died: ``crashed`` (it runs
         again) until it has died ``max_crashes`` times, then ``failed``."""
-        return Status.CRASHED if self._crashes.get((unit.candidate.label, unit.seed), 0) < self.max_crashes \
-            else Status.FAILED
+        return Status.CRASHED if self._crashes.get(unit.key, 0) < self.max_crashes else Status.FAILED
 
     def release(self, unit: Unit) -> None:
         """``unit`` was handed out but will not run (the search is stopping)."""
@@ -129,6 +172,10 @@ class Scheduler:
     def reconsider(self) -> None:
         """Try again to claim the units other drivers held (their driver may have died)."""
         self._elsewhere.clear()
+
+    def needed(self, unit: Unit) -> list[int]:
+        """The rungs of ``unit`` the rows do not hold yet (a resumed ladder trains only those)."""
+        return [i for i in unit.rungs if (unit.candidate.label, unit.seed, i) not in self._rows]
 
     # ------------------------------------------------------------------ units out
 
@@ -139,20 +186,20 @@ class Scheduler:
                 if cand in self._finished:
                     continue
                 for seed in range(self._planned[cand]):
-                    unit = Unit(cand, seed)
-                    if (cand.label, seed) in self._rows or unit in self._in_flight or unit in self._elsewhere:
+                    unit = self._unit_of(cand, seed, self._rung.get(cand, 0))
+                    if self._done(unit) or unit in self._in_flight or unit in self._elsewhere:
                         continue
                     if self._claim(unit):
                         self._in_flight.add(unit)
                         return unit
                     self._elsewhere.add(unit)
-            if self._activate() or self._race_round():
+            if self._activate() or self._race_round() or self._promotion_round():
                 continue
             if self._in_flight or self._elsewhere or any(c not in self._finished for c in self._active):
                 return WAIT
             return None
 
-    def take_events(self) -> list[Finished]:
+    def take_events(self) -> list[RungDone | Finished]:
         out, self._events = self._events, []
         return out
 
@@ -165,22 +212,32 @@ class Scheduler:
         """Candidates started so far, in order."""
         return list(self._active)
 
-    def rows_of(self, cand: Candidate) -> list[RunRecord]:
-        return [self._rows[(cand.label, s)] for s in range(self.seeds) if (cand.label, s) in self._rows]
+    def rows_of(self, cand: Candidate, rung: int | None = None) -> list[RunRecord]:
+        rung = self.rungs - 1 if rung is None else rung
+        return [self._rows[(cand.label, s, rung)] for s in range(self.seeds) if (cand.label, s, rung) in self._rows]
 
     def remaining(self) -> int:
-        """Trainings still to run on the current plan (racing may stop some early; an
-        optimiser's future proposals are not counted)."""
+        """Trainings (units) still to run on the current plan (racing and promotion may stop
+        some early; an optimiser's future proposals are not counted)."""
         start = self.racing.start_seeds if self.racing else self.seeds
         todo = 0
         for cand in self._active:
             if cand not in self._finished:
-                todo += sum((cand.label, s) not in self._rows for s in range(self._planned[cand]))
+                rung = self._rung.get(cand, 0)
+                todo += sum(not self._done(self._unit_of(cand, s, rung)) for s in range(self._planned[cand]))
         for cand in self._pending:
-            todo += sum((cand.label, s) not in self._rows for s in range(start))
+            todo += sum(not self._done(self._unit_of(cand, s, 0)) for s in range(start))
         return todo
 
     # ------------------------------------------------------------------ internals
+
+    def _unit_of(self, cand: Candidate, seed: int, rung: int) -> Unit:
+        if self.promotion is not None:
+            return Unit(cand, seed, rung, rung)
+        return Unit(cand, seed, 0, self.rungs - 1)
+
+    def _done(self, unit: Unit) -> bool:
+        return not self.needed(unit)
 
     def _activate(self) -> bool:
         """Start the next candidate: from the list, else from the optimiser."""
@@ -200,20 +257,33 @@ class Scheduler:
             return True
         return False
 
-    def _complete(self, cand: Candidate) -> bool:
-        return all((cand.label, s) in self._rows for s in range(self._planned[cand]))
+    def _complete(self, cand: Candidate, rung: int) -> bool:
+        return all((cand.label, s, rung) in self._rows for s in range(self._planned[cand]))
 
     def _update(self, cand: Candidate) -> None:
-        """Finish ``cand`` once it has every row it will get."""
-        if cand in self._finished or not self._complete(cand):
+        """Report finished rungs and finish ``cand`` once it has every row it will get."""
+        if cand in self._finished:
             return
-        rows = [self._rows[(cand.label, s)] for s in range(self._planned[cand])]
-        if self.racing is None or self._planned[cand] >= self.seeds or not all(r.ok for r in rows):
+        top = self._rung.get(cand, 0) if self.promotion is not None else self.rungs - 1
+        for rung in range(top + 1):
+            if (cand, rung) not in self._rung_done and self._complete(cand, rung):
+                self._rung_done.add((cand, rung))
+                self._events.append(RungDone(cand, rung, tuple(self._rows[(cand.label, s, rung)]
+                                                                for s in range(self._planned[cand]))))
+        if not self._complete(cand, top):
+            return
+        rows = [self._rows[(cand.label, s, top)] for s in range(self._planned[cand])]
+        failed = not all(r.ok for r in rows)
+        if self.promotion is not None:
+            if failed or top == self.rungs - 1:
+                self._finish(cand, rows, stopped=f"failed at rung {top}" if failed and top < self.rungs - 1 else "")
+            return
+        if self.racing is None or self._planned[cand] >= self.seeds or failed:
             self._finish(cand, rows)
 
-    def _finish(self, cand: Candidate, rows: list[RunRecord], dropped: str = "") -> None:
+    def _finish(self, cand: Candidate, rows: list[RunRecord], dropped: str = "", stopped: str = "") -> None:
         self._finished.add(cand)
-        self._events.append(Finished(cand, tuple(rows), dropped))
+        self._events.append(Finished(cand, tuple(rows), dropped, stopped))
 
     def _race_round(self) -> bool:
         """Once every racing candidate has its round's rows (and no more candidates are
@@ -222,13 +292,14 @@ class Scheduler:
         if self.racing is None or self._pending or not self._exhausted:
             return False
         racers = [c for c in self._active if c not in self._finished]
-        if not racers or not all(self._complete(c) for c in racers):
+        last = self.rungs - 1
+        if not racers or not all(self._complete(c, last) for c in racers):
             return False
         import pandas as pd
 
         from .racing import race_step
 
-        rows = [{"candidate": c.label, "seed": s, "val_ppl": self._rows[(c.label, s)].val_ppl}
+        rows = [{"candidate": c.label, "seed": s, "val_ppl": self._rows[(c.label, s, last)].val_ppl}
                 for c in racers for s in range(self._planned[c])]
         step = race_step(pd.DataFrame(rows), alpha=self.racing.alpha, method="ttest",
                          min_seeds=self.racing.start_seeds, max_seeds=self.seeds,
@@ -241,4 +312,36 @@ class Scheduler:
             else:
                 self._planned[c] += 1
                 self._update(c)
+        return True
+
+    def _promotion_round(self) -> bool:
+        """Once every candidate still climbing has all its seeds at its rung (they climb
+        together), the top group of that rung goes on to the next rung; the others stop
+        there. Returns whether anything changed."""
+        if self.promotion is None or self._pending:
+            return False
+        climbing = [c for c in self._active if c not in self._finished]
+        if not climbing:
+            return False
+        rung = min(self._rung.get(c, 0) for c in climbing)
+        at_rung = [c for c in climbing if self._rung.get(c, 0) == rung]
+        if not all(self._complete(c, rung) for c in at_rung):
+            return False
+        import pandas as pd
+
+        from .stats import top_group
+
+        rows = pd.DataFrame([{"candidate": c.label, "seed": s, "val_ppl": self._rows[(c.label, s, rung)].val_ppl}
+                             for c in at_rung for s in range(self._planned[c])])
+        level = self.promotion.alpha / (self.rungs - 1)
+        group = set(top_group(rows, "val_ppl", alpha=level)) if len(at_rung) > 1 else {c.label for c in at_rung}
+        where = f"rung {rung}" + (f" ({self.horizons[rung]:,.4g})" if rung < len(self.horizons) else "")
+        for c in at_rung:
+            if c.label in group:
+                self._rung[c] = rung + 1
+                self._update(c)
+            else:
+                self._finish(c, [self._rows[(c.label, s, rung)] for s in range(self._planned[c])],
+                             stopped=f"stopped at {where}: not in its top group (paired t-test, Holm over the "
+                                     f"{len(at_rung)} candidates' pairs, alpha {level:.3g} per look)")
         return True

@@ -26,7 +26,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 TOP_KEYS = {"name": str, "description": str, "pe": None, "seeds": None,  # None: Space checks it
-            "model": dict, "train": dict, "maps": dict}
+            "model": dict, "train": dict, "maps": dict, "published": dict}
 MAP_KEYS = {"repeats": None, "block": None, "list": None}
 MODEL_FIXED = {"reuse": "is not set here: list maps under [maps]",
                "vocab_size": "comes from the data: remove it",
@@ -54,6 +54,10 @@ class Space:
     maps: tuple[ReuseMap, ...] = ()
     source: str = "<space>"
     model_keys: frozenset = frozenset()  # [model] keys the file sets; the rest follow the defaults
+    ladder: tuple[float, ...] = ()  # [train] tokens = [a, b, c] (or train_flops): a horizon ladder
+    published: tuple = ()  # [published]: (pe, map, value) of a paper's table, to compare rankings with
+    published_source: str = ""
+    published_tokens: int = 0  # the horizon the published numbers were trained to
 
     def __post_init__(self) -> None:
         src, pe, r, n = self.source, self.pe, self.repeats, self.model.n_layers
@@ -87,6 +91,7 @@ class Space:
             mkw["ffn_hidden"] = 0  # the default SwiGLU width follows the model width (4 x d), as in searchmaps.train
         horizons = (("tokens", "train_flops"), ("train_flops", "tokens"))
         tkw.update({b: None for a, b in horizons if a in tkw and b not in tkw})
+        ladder = () if {"tokens", "train_flops"} & tkw.keys() else self.ladder  # a new horizon replaces the ladder
         fields = ModelConfig.__dataclass_fields__.keys() - {"reuse", "pe"}, TrainConfig.__dataclass_fields__.keys()
         if bad := sorted(mkw.keys() - fields[0] | tkw.keys() - fields[1]):
             raise ConfigError(f"cannot override {', '.join(bad)}: no such model/train setting, or the space "
@@ -97,7 +102,8 @@ class Space:
                 raise ConfigError(f"--layers {n}: {self.source} lists {self.model.n_layers}-layer maps; "
                                   f"pass a space file written for {n} layers (--space)")
             maps = tuple(ReuseMap((1,) * n, m.block) for m in maps)
-        return dataclasses.replace(self, model=new_model, train=dataclasses.replace(self.train, **tkw), maps=maps)
+        return dataclasses.replace(self, model=new_model, train=dataclasses.replace(self.train, **tkw), maps=maps,
+                                   ladder=ladder)
 
     def contains(self, reuse: ReuseMap) -> bool:
         """Whether ``reuse`` is in the domain (the budget aside)."""
@@ -147,7 +153,15 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     _check_keys(src, "", d, TOP_KEYS)
     if "maps" not in d:
         raise SpaceError(f"{src}: [maps] is missing: give at least one of repeats, block, list")
-    model_kw, train_kw, maps_t = d.get("model", {}), d.get("train", {}), d["maps"]
+    model_kw, train_kw, maps_t = d.get("model", {}), dict(d.get("train", {})), d["maps"]
+    ladder = ()
+    for key in ("tokens", "train_flops"):  # a list of horizons is a ladder; the first is the spec's horizon
+        if isinstance(train_kw.get(key), list):
+            values = train_kw[key]
+            if not values or not all(type(v) in (int, float) for v in values):
+                raise SpaceError(f"{src}: [train].{key} must be a number or a list of numbers (a ladder), got {values!r}")
+            ladder = tuple(float(v) for v in values)
+            train_kw[key] = int(values[0]) if key == "tokens" else float(values[0])
     _check_keys(src, "model", model_kw, {k: hints[k] for k in ModelConfig.__dataclass_fields__})
     _check_keys(src, "train", train_kw, {k: hints[k] for k in TrainConfig.__dataclass_fields__})
     _check_keys(src, "maps", maps_t, MAP_KEYS)
@@ -166,10 +180,34 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
             parsed.append(ReuseMap.parse(s, built["model"].n_layers))
         except ConfigError as e:
             raise SpaceError(f"{src}: [maps].list entry {s!r}: {str(e).removeprefix('--map: ')}") from None
+    published, source, ptokens = _published(src, d.get("published", {}), built["model"].n_layers)
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
-                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), **built)
+                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder,
+                 published=published, published_source=source, published_tokens=ptokens, **built)
+
+
+def _published(src: str, table: dict, n_layers: int) -> tuple[tuple, str, int]:
+    """``[published]``: ``source`` (text), ``tokens`` (their horizon) and one table per PE of
+    ``"MAP" = value`` (lower is better), e.g. ``rope = { "4,2,1,1" = 13.77 }``."""
+    out, source, tokens = [], str(table.get("source", "")), table.get("tokens", 0)
+    if type(tokens) is not int or tokens < 0:
+        raise SpaceError(f"{src}: [published].tokens must be a whole number of tokens, got {tokens!r}")
+    for pe, values in table.items():
+        if pe in ("source", "tokens"):
+            continue
+        if pe not in POSITIONAL_ENCODINGS or not isinstance(values, dict):
+            raise SpaceError(f"{src}: [published].{pe}: expected a table of maps per PE ({', '.join(POSITIONAL_ENCODINGS)})")
+        for m, v in values.items():
+            try:
+                reuse = ReuseMap.parse(m, n_layers)
+            except ConfigError as e:
+                raise SpaceError(f"{src}: [published].{pe} map {m!r}: {str(e).removeprefix('--map: ')}") from None
+            if type(v) not in (int, float):
+                raise SpaceError(f"{src}: [published].{pe}.{m!r} must be a number, got {v!r}")
+            out.append((pe, str(reuse), float(v)))
+    return tuple(out), source, tokens
 
 
 def _check_keys(src: str, section: str, table: dict, hints: dict) -> None:

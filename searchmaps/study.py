@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from .config import Candidate, ConfigError, ReuseMap
 from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
-from .scheduler import Finished
+from .scheduler import Finished, RungDone
 
 OBJECTIVES = ("val_ppl", "flops_per_token")
 ORPHAN_GRACE_S = 30.0  # a RUNNING trial no candidate names is left alone this long (its driver may be registering it)
@@ -259,6 +259,19 @@ class SearchStudy:
         return [by_label[e.candidate] for e in sorted(self.ledger.entries(), key=lambda e: e.trial_number or 0)
                 if e.candidate in by_label]
 
+    def report_rung(self, event: RungDone) -> None:
+        """A candidate's mean perplexity at one rung of the ladder, as the trial's
+        intermediate value at step = the rung's horizon (tokens, or training FLOPs), so
+        optuna-dashboard draws each candidate's curve over the horizons."""
+        if not all(r.ok for r in event.rows):
+            return
+        entry = self.ledger.entry(event.candidate.label)
+        if entry is None or entry.trial_number is None or self.state(entry.trial_number) != TrialState.RUNNING:
+            return
+        step = int(event.rows[0].horizon_target)
+        value = float(np.mean([r.val_ppl for r in event.rows]))
+        _retry(lambda: self.storage.set_trial_intermediate_value(self._id_of(entry.trial_number), step, value))
+
     def tell(self, event: Finished) -> bool:
         """Tell the candidate's trial its result, once for the whole study (whichever
         driver gets there first). Every seed must have succeeded for COMPLETE: the paired
@@ -282,6 +295,9 @@ class SearchStudy:
                  "wall_s_total": sum(r.wall_s for r in rows)}
         if event.dropped:
             attrs["dropped_by_racing"] = event.dropped
+        if event.stopped:
+            attrs["stopped_by_promotion"] = event.stopped
+            attrs["rung"] = first.rung
         bad = {r.seed: r.error or r.status.value for r in rows if not r.ok}
         if bad:
             attrs["failed_seeds"] = sorted(bad)
@@ -294,6 +310,8 @@ class SearchStudy:
             _retry(lambda: self.storage.set_trial_user_attr(trial_id, k, v))
         if bad:
             _retry(lambda: self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True))
+        elif event.stopped:  # promotion stopped it at an earlier horizon: its last value is not comparable
+            _retry(lambda: self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True))
         else:
             _retry(lambda: self.study.tell(number, [attrs["val_ppl_mean"], float(first.flops_per_token)],
                                            skip_if_finished=True))

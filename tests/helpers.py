@@ -148,3 +148,37 @@ def tiny_spec(reuse="1,1", pe="rope", seed=0, tokens=4096, compile=False, precis
     train = TrainConfig(tokens=tokens, batch_size=4, eval_tokens=512, precision=precision, compile=compile,
                         **train_kw)
     return TrialSpec(model=model, train=train, seed=seed)
+
+
+# =========================================================================== horizon ladders
+
+
+def ladder_results(seeds: int = 4) -> tuple[list[float], dict[int, dict]]:
+    """A 3-rung ladder of five maps, seed effects shared: the deep map starts worst and
+    improves fastest (it passes the baseline at the last rung), the others keep their order."""
+    rng = np.random.default_rng(11)
+    horizons = [1e5, 4e5, 1.6e6]
+    shift = rng.normal(0, 0.3, seeds)
+    laws = {"1,1,1,1|rope": (2.0, 30.0, 0.30), "2,1,1,1|rope": (1.95, 30.0, 0.30), "1,2,1,1|rope": (2.1, 30.0, 0.30),
+            "2,2,1,1|rope": (2.3, 30.0, 0.30), "4,2,1,1|rope": (1.2, 150.0, 0.33)}
+    out = {}
+    for rung, h in enumerate(horizons):
+        out[rung] = {c: [round(math.exp(e + a * h ** -al) + shift[s] + rng.normal(0, 0.05), 4) for s in range(seeds)]
+                     for c, (e, a, al) in laws.items()}
+    return horizons, out
+
+
+def make_ladder_study(folder, horizons, by_rung: dict, published: dict | None = None):
+    """A ladder study folder without training: rows of every rung, and study.json."""
+    folder.mkdir(parents=True, exist_ok=True)
+    records = []
+    for rung, results in by_rung.items():
+        records += [r.replace(horizon_target=horizons[rung], tokens=int(horizons[rung]))
+                    for r in study_records(results, study=folder.name, rung=rung)]
+    RunsFile(folder / "runs.csv").append(records)
+    seeds = max(len(v) for v in by_rung[0].values())
+    info = study_info(folder.name, seeds, ladder=list(horizons))
+    if published:
+        info["published"] = published
+    (folder / "study.json").write_text(json.dumps(info))
+    return folder

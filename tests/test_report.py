@@ -535,3 +535,29 @@ def test_sentences_single_candidate_and_single_seed():
                   ("1,1|rope", 1, 9.5, np.nan, np.nan, 1.0, 0.0, np.nan, True, 0)])
     out = result_sentences(s, "2,1|rope", "1,1|rope", 0.05, family_size=0)
     assert "descriptive only" in out[1] and len(out) == 2
+
+
+# ---------------------------------------------------------------------------- horizon ladders
+
+
+def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(tmp_path):
+    import pandas as pd
+    from helpers import ladder_results, make_ladder_study
+
+    horizons, by_rung = ladder_results()
+    published = {"source": "a paper", "tokens": 100_000_000,
+                 "values": {"1,1,1,1|rope": 15.0, "2,1,1,1|rope": 14.0, "1,2,1,1|rope": 14.5, "4,2,1,1|rope": 13.0}}
+    study = make_ladder_study(tmp_path / "lad", horizons, by_rung, published)
+    report = write_report(study)
+    st = pd.read_csv(study / "stability.csv")
+    assert list(zip(st["rung_a"], st["rung_b"])) == [(0, 1), (0, 2), (1, 2)]
+    assert st["kendall_tau"].between(-1, 1).all() and (st["kendall_tau_low"] <= st["kendall_tau"]).all()
+    sc = pd.read_csv(study / "scaling.csv").set_index("candidate")
+    assert (sc["target"] == 100_000_000).all()  # the published numbers' horizon is the default target
+    assert (sc["prediction_low"] <= sc["prediction"]).all() and (sc["prediction"] <= sc["prediction_high"]).all()
+    page = report.path.read_text()
+    assert "Rank vs horizon" in page and "Loss vs horizon" in page and "Ranks by horizon" in page
+    assert "Kendall" in page and "Against a paper" in page
+    assert "predicts" in page  # the deep map is predicted to pass others (or the page says no change)
+    # the report's own analysis is at the last horizon
+    assert set(report.summary["candidate"]) == set(by_rung[2])

@@ -64,3 +64,21 @@ def test_report_renders_in_chromium_without_errors(tmp_path):
         assert label in texts, texts[:40]
     assert "budget 900,000" in texts and "baseline" in texts and "top group" in texts
     assert shot.is_file() and shot.stat().st_size > 50_000  # a page with content, not a blank sheet
+
+
+def test_a_ladder_reports_stability_figures_render_in_chromium(tmp_path):
+    from helpers import ladder_results, make_ladder_study
+
+    horizons, by_rung = ladder_results()
+    page = write_report(make_ladder_study(tmp_path / "ladder", horizons, by_rung)).path
+    n_figures = page.read_text(encoding="utf-8").count('class="plotly-graph-div"')
+    assert n_figures == 5  # Pareto, significance, curves, rank vs horizon, loss vs horizon
+    dom, log = render(page, tmp_path / "profile", ARTIFACTS / "report-ladder.png")
+    assert "Uncaught" not in log
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert body.count("js-plotly-plot") == n_figures
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", body)
+    assert any(t.startswith("Rank vs horizon") for t in texts) and "rank" in texts
+    assert any(t.startswith("Validation loss vs horizon") for t in texts)
+    assert any(t.startswith("target") for t in texts)  # the extrapolation's target line
+    assert body.count('class="errorbar"') >= 3

@@ -464,3 +464,63 @@ def test_planned_comparisons_are_checked_against_the_candidates(space_file, tmp_
         plan_of(space, tmp_path, budget_flops=float(BUDGET), planned=("block:2/1,1",))  # over the budget
     tpe = plan_of(space, tmp_path, budget_flops=float(BUDGET), sampler="tpe", planned=("2,1:1,1",))
     assert tpe.candidates is None and tpe.feasible(Candidate(ReuseMap((2, 1)), "rope"))
+
+
+# ---------------------------------------------------------------------------- horizon ladders
+
+
+LADDER_ARGS = ["--tokens", "1024,2048,4096", "--schedule", "wsd"]
+
+
+def test_a_ladder_search_records_every_rung_once_with_intermediate_values(ray_cluster, space_file, tmp_path):
+    results = tmp_path / "results"
+    argv = common(space_file, results, "--seeds", "2", "--study", "lad", "--ray-address", ray_cluster, *LADDER_ARGS)
+    assert main(argv) == 0
+    rows = read_runs(results / "lad" / "runs.csv")
+    assert sorted((r.map, r.seed, r.rung) for r in rows) == sorted(
+        (m, s, i) for m in MAPS for s in range(2) for i in range(3))
+    assert {r.rung: r.horizon_target for r in rows} == {0: 1024.0, 1: 2048.0, 2: 4096.0}
+    assert {r.rung: r.tokens for r in rows} == {0: 1024, 1: 2048, 2: 4096}
+    for t in trials(results, "lad"):
+        assert t.state == TrialState.COMPLETE
+        assert sorted(t.intermediate_values) == [1024, 2048, 4096]
+        last = [r.val_ppl for r in rows if r.label == t.user_attrs["candidate"] and r.rung == 2]
+        assert t.values[0] == pytest.approx(sum(last) / 2) == t.intermediate_values[4096]
+    info = json.loads((results / "lad" / "study.json").read_text())
+    assert info["ladder"] == [1024.0, 2048.0, 4096.0] and info["train"]["schedule"] == "wsd"
+
+
+def test_promotion_continues_runs_and_matches_the_full_ladder_bit_for_bit(ray_cluster, space_file, tmp_path, capsys):
+    results = tmp_path / "results"
+    full = common(space_file, results, "--seeds", "2", "--study", "full", "--ray-address", ray_cluster, *LADDER_ARGS)
+    promoted = common(space_file, results, "--seeds", "2", "--study", "promo", "--ray-address", ray_cluster,
+                      "--promote", *LADDER_ARGS)
+    assert main(full) == 0 and main(promoted) == 0
+    assert "promotion:" in capsys.readouterr().err
+    whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "full" / "runs.csv")}
+    part = read_runs(results / "promo" / "runs.csv")
+    for r in part:  # a promoted run continued from its saved state gives the whole ladder's numbers
+        w = whole[(r.map, r.seed, r.rung)]
+        assert (r.val_loss, r.train_loss, r.curve, r.steps) == (w.val_loss, w.train_loss, w.curve, w.steps)
+    reached = {(r.map, r.seed): r.rung for r in part}
+    for t in trials(results, "promo"):
+        top = max(reached[(t.user_attrs["map"], s)] for s in range(2))
+        if top < 2:
+            assert t.state == TrialState.PRUNED and "stopped at rung" in t.user_attrs["stopped_by_promotion"]
+        else:
+            assert t.state == TrialState.COMPLETE
+    assert not list((results / "promo").rglob("*.pt"))  # no saved state left once the study is done
+
+
+def test_a_ladder_killed_mid_way_resumes_without_repeating_a_row(space_file, tmp_path, ray_env):
+    results = tmp_path / "results"
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "lk", "--workers", "1", *LADDER_ARGS]
+    proc = start_cli(ray_env, *args, kill_at="recorded:2")  # after the first ladder's second rung
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    assert len(read_runs(results / "lk" / "runs.csv")) < 9
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    rows = read_runs(results / "lk" / "runs.csv")
+    assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))

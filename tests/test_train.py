@@ -84,7 +84,7 @@ def test_budget_below_one_step_is_a_config_error():
 
 
 def test_learning_rate_schedule():
-    spec = tiny_spec()
+    spec = tiny_spec(schedule="cosine")
     t = spec.train
     steps = 100
     assert lr_at(0, steps, spec) == pytest.approx(t.lr / 10)  # warm-up: 10 steps
@@ -124,8 +124,8 @@ def test_configurations_from_before_the_schedule_fields_keep_their_hash():
 
     rows = read_runs(Path(__file__).resolve().parent.parent / "results" / "ilr-table1-rope-tokens" / "runs.csv")
     assert all(TrialSpec.from_dict(dict(r.config)).config_hash() == r.config_hash for r in rows)
-    cosine = tiny_spec()
-    assert tiny_spec(cooldown_frac=0.5).config_hash() == cosine.config_hash()  # no effect on cosine: same hash
+    cosine = tiny_spec(schedule="cosine")
+    assert tiny_spec(schedule="cosine", cooldown_frac=0.5).config_hash() == cosine.config_hash()  # no effect
     assert tiny_spec(schedule="wsd").config_hash() != cosine.config_hash()
 
 
@@ -200,3 +200,85 @@ def test_cli_errors_are_one_line_exit_2(args, flag):
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], out.stderr
+
+
+# ---------------------------------------------------------------------------- horizon ladders
+
+from searchmaps.schedule import make_ladder  # noqa: E402
+from searchmaps.train import train_ladder  # noqa: E402
+
+LADDER = [1024, 2048, 4096]  # 8, 16 and 32 steps of 128 tokens
+
+
+def same_numbers(a, b):
+    """Bit for bit: the final and training losses, every validation point, steps and tokens."""
+    assert a.status is b.status is Status.OK, (a.error, b.error)
+    assert (a.val_loss, a.train_loss, a.curve, a.steps, a.tokens, a.train_flops) == \
+        (b.val_loss, b.train_loss, b.curve, b.steps, b.tokens, b.train_flops)
+    assert a.config == b.config and a.config_hash == b.config_hash
+
+
+@pytest.mark.parametrize("reuse, pe, compile, precision", [
+    ("2,1", "rope", False, "fp32"),
+    ("block:2", "alibi", False, "fp32"),
+    ("1,3", "learned", True, "bf16"),  # the default mode: compiled layers, bf16 autocast
+])
+def test_every_rung_of_a_ladder_is_bit_identical_to_a_separate_training(corpus, reuse, pe, compile, precision):
+    spec = tiny_spec(reuse, pe, seed=4, tokens=LADDER[0], schedule="wsd", compile=compile, precision=precision)
+    rungs = train_ladder(spec, LADDER, corpus)
+    assert [r.rung for r in rungs] == [0, 1, 2] and [r.tokens for r in rungs] == LADDER
+    assert len({r.config["train.warmup_steps"] for r in rungs}) == 1  # one warm-up for every rung
+    for rung, rec in zip(make_ladder(spec, LADDER).specs, rungs):
+        same_numbers(rec, train(rung, corpus))  # the separate --schedule wsd training to that horizon
+    assert rungs[0].val_loss != rungs[2].val_loss
+
+
+def test_a_ladder_over_training_flops_gives_each_map_its_own_steps(corpus):
+    per_token = flops.train_flops_per_token(tiny_spec("3,1").model)
+    budgets = [8 * 128 * per_token, 32 * 128 * per_token]  # 8 and 32 steps of map 3,1
+    spec = tiny_spec("3,1", tokens=None, train_flops=budgets[0], schedule="wsd")
+    rungs = train_ladder(spec, budgets, corpus)
+    assert [r.steps for r in rungs] == [8, 32] and [r.horizon_target for r in rungs] == budgets
+    same_numbers(rungs[1], train(make_ladder(spec, budgets).specs[1], corpus))
+
+
+def test_segments_continued_from_saved_states_equal_the_whole_ladder(corpus, tmp_path):
+    """Statistical successive halving trains rung by rung, continuing from the state saved
+    at the previous rung's cooldown start: the numbers are those of one whole ladder."""
+    spec = tiny_spec("2,1", seed=7, tokens=LADDER[0], schedule="wsd")
+    whole = train_ladder(spec, LADDER, corpus)
+    (r0,) = train_ladder(spec, LADDER, corpus, first=0, last=0, save=tmp_path / "s0.pt")
+    (r1,) = train_ladder(spec, LADDER, corpus, first=1, last=1, resume=tmp_path / "s0.pt", save=tmp_path / "s1.pt")
+    (r2,) = train_ladder(spec, LADDER, corpus, first=2, last=2, resume=tmp_path / "s1.pt")
+    for part, full in zip((r0, r1, r2), whole):
+        same_numbers(part, full)
+    with pytest.raises(ValueError, match="state of another run"):
+        train_ladder(tiny_spec("1,1", seed=7, tokens=LADDER[0], schedule="wsd"), LADDER, corpus, first=1, last=1,
+                     resume=tmp_path / "s0.pt")
+
+
+def test_a_resumed_ladder_trains_only_the_rungs_it_lacks(corpus):
+    spec = tiny_spec("2,1", seed=2, tokens=LADDER[0], schedule="wsd")
+    whole = train_ladder(spec, LADDER, corpus)
+    seen = []
+    part = train_ladder(spec, LADDER, corpus, record={1}, on_rung=seen.append)
+    assert [r.rung for r in part] == [1] and seen == part
+    same_numbers(part[0], whole[1])
+
+
+def test_ladders_are_checked():
+    wsd = tiny_spec(tokens=LADDER[0], schedule="wsd")
+    with pytest.raises(ConfigError, match="needs --schedule wsd"):
+        make_ladder(tiny_spec(tokens=LADDER[0], schedule="cosine"), LADDER)
+    with pytest.raises(ConfigError, match="increasing order"):
+        make_ladder(wsd, [2048, 1024])
+    with pytest.raises(ConfigError, match="same number of steps"):
+        make_ladder(wsd, [1024, 1100])
+    with pytest.raises(ConfigError, match="inside the warm-up"):
+        make_ladder(tiny_spec(tokens=1024, schedule="wsd", warmup_steps=8), [1024, 4096])
+
+
+def test_a_diverging_shared_phase_fails_every_rung_after_it(corpus):
+    spec = tiny_spec(tokens=LADDER[0], schedule="wsd", lr=10.0)
+    rungs = train_ladder(spec, LADDER, corpus)
+    assert [r.status for r in rungs] == [Status.FAILED] * 3 and all("diverged" in r.error for r in rungs)

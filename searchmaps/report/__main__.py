@@ -28,11 +28,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--storage", default=None, metavar="URL",
                    help="the Optuna storage to attach the figure to (default: study.json's; needed where study.json "
                         "holds the URL without its password)")
+    p.add_argument("--target-tokens", type=float, default=None, metavar="N",
+                   help="a ladder study's horizon to extrapolate the fitted curves to (tokens, or training FLOPs "
+                        "for a FLOP-matched ladder; default: study.json's target, else the published numbers' "
+                        "horizon, else 10x the longest)")
     p.add_argument("--no-attach", action="store_true", help="do not attach the figure to the Optuna study")
     args = p.parse_args(argv)
     try:
         report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
-                              reference=args.reference, planned=args.planned)
+                              reference=args.reference, planned=args.planned, target=args.target_tokens)
     except ReportError as exc:
         return fail(p.prog, exc)
     for warning in report.warnings:

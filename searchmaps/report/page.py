@@ -95,10 +95,11 @@ tr.top td{background:#fff4f4}.bad{color:#b00}.caption{color:#555;font-size:14px}
 
 
 def render_page(title: str, result: list[str], figures: list[tuple[str, object, str]], ranking: str,
-                planned: str, protocol: list[str], failures: str, warnings: list[str] = ()) -> str:
+                planned: str, protocol: list[str], failures: str, warnings: list[str] = (),
+                sections: list[tuple[str, str]] = ()) -> str:
     """The whole page. ``warnings`` open the result and the protocol; ``ranking`` and
-    ``planned`` (HTML, may be empty) follow the first figure; plotly.js is embedded once,
-    with the first figure."""
+    ``planned`` (HTML, may be empty) follow the first figure; ``sections`` (heading, HTML)
+    follow the figures; plotly.js is embedded once, with the first figure."""
     warn = "".join(f"<p class=warn><strong>Warning:</strong> {inline(w)}</p>" for w in warnings)
     blocks = []
     for i, (heading, fig, caption) in enumerate(figures):
@@ -109,7 +110,8 @@ def render_page(title: str, result: list[str], figures: list[tuple[str, object, 
             blocks.append(f"<h2>Ranking</h2>{ranking}{planned}")
     body = (f"<h1>{html.escape(title)}</h1><h2>Result</h2>{warn}"
             f"<p class=result>{' '.join(inline(s) for s in result)}</p>"
-            + "\n".join(blocks) + failures
+            + "\n".join(blocks)
+            + "".join(f"<h2>{html.escape(heading)}</h2>{body}" for heading, body in sections) + failures
             + "<h2>Protocol</h2><ul class=protocol>"
             + "".join(f"<li class=warn>{inline(w)}</li>" for w in warnings)
             + "".join(f"<li>{inline(s)}</li>" for s in protocol) + "</ul>"

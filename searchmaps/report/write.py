@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import stats
 from ..results import atomic_write_text, records_frame
+from . import horizons
 from .figures import curves_figure, pareto_figure, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
@@ -66,13 +67,16 @@ def _check_settings(alpha: float, method: str, correction: str) -> None:
 
 
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
-                 reference: str | None = None, planned=None) -> Report:
+                 reference: str | None = None, planned=None, target: float | None = None) -> Report:
     """Write ``summary.csv``, ``report.html`` and (with planned comparisons, given here
     as ``--planned`` specs or registered in study.json) ``planned.csv`` into
     ``study_dir``; the report describes the study's last horizon (see
     :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
-    bonferroni (why: :mod:`searchmaps.stats`). Raises :class:`ReportError` (one line)
-    on unusable input or settings."""
+    bonferroni (why: :mod:`searchmaps.stats`). A study trained on a ladder of horizons
+    also gets ``stability.csv``, ``scaling.csv`` and the horizon section
+    (:mod:`searchmaps.report.horizons`), extrapolated to ``target`` (default: study.json's
+    ``target``, else the published numbers' horizon, else 10x the longest horizon).
+    Raises :class:`ReportError` (one line) on unusable input or settings."""
     _check_settings(alpha, method, correction)
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
@@ -137,9 +141,25 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                         f"candidates instead, so a pair can be significant here and not there, or the reverse: "
                         f"the last column gives each pair's verdict in that family.</p>"
                         + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
+    sections = []
+    ladder = horizons.analyse(records_frame(records), info, target if target is not None else info.get("target"),
+                              alpha)
+    if ladder is not None:
+        horizons.write_tables(ladder, study_dir)
+        shown = set(res["top_group"]) | {res["reference"]}
+        figures += [("Rank vs horizon", horizons.rank_figure(ladder, shown),
+                     "Each candidate's rank among those that reached a horizon (1 = best), with a 95 % bootstrap "
+                     "interval over seeds; all pairs of horizons, with Kendall's τ and Spearman's ρ, are in "
+                     "stability.csv."),
+                    ("Loss vs horizon", horizons.scaling_figure(ladder, shown),
+                     "Mean validation loss at each horizon with its 95 % CI; dotted: the fitted L(D) = E + A·D^-α, "
+                     "drawn on to the target; diamond and bar: its prediction there with a 95 % interval from refits "
+                     "on resampled seeds (scaling.csv).")]
+        result += horizons.sentences(ladder)
+        sections.append(("Ranks by horizon", horizons.table(ladder)))
     page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),
                        planned_html, protocol_sentences(info, runs, ok, res, second_name, correction),
-                       failures_table(runs), list(warnings))
+                       failures_table(runs), list(warnings), sections)
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return Report(path=out, summary=summary, planned=planned_df, pareto_figure=pareto, info=info,

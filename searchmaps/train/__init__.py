@@ -18,13 +18,18 @@ than nothing; it stops and is recorded as failed, never ranked.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import functools
 import math
+import os
 import sys
 import time
 import warnings
 from collections import deque
-from typing import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
@@ -32,13 +37,14 @@ from ..config import ConfigError, TrialSpec
 from ..data import Corpus, check_fits, load_corpus, train_batches, val_batches
 from ..model import LoopedLM
 from ..results import RunRecord, Status, describe, failed_record, perplexity
-from ..schedule import lr_at, plan_steps, tokens_per_step, warmup_steps
+from ..schedule import Ladder, horizon_of, lr_at, make_ladder, plan_steps, tokens_per_step
 
 EvalCallback = Callable[[dict], bool | None]
 DIVERGENCE_MARGIN = 1.0  # nats above ln(vocab size)
 DIVERGENCE_WINDOW = 10  # training steps averaged for the divergence check
 
-__all__ = ["train", "train_or_fail", "evaluate", "resolve_device", "plan_steps", "lr_at", "DIVERGENCE_MARGIN"]
+__all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "resolve_device", "plan_steps", "lr_at",
+           "DIVERGENCE_MARGIN"]
 
 
 def resolve_device(device: str) -> str:
@@ -109,14 +115,23 @@ def _cached_corpus(data: str, vocab_size: int | None) -> Corpus:
     return load_corpus(data, vocab_size=vocab_size)
 
 
-def train_or_fail(spec: TrialSpec, vocab_size: int | None = None, **kwargs) -> RunRecord:
-    """:func:`train` for a worker process: the corpus is loaded once per process, and
-    any error — configuration, data or bug — comes back as a ``failed`` record."""
+def train_or_fail(spec: TrialSpec, vocab_size: int | None = None, horizons: Sequence[float] | None = None,
+                  **kwargs) -> list[RunRecord]:
+    """:func:`train_ladder` for a worker process: the corpus is loaded once per process, and
+    any error — configuration, data or bug — comes back as ``failed`` records, one per rung
+    asked for."""
     try:
-        return train(spec, _cached_corpus(spec.data, vocab_size), **kwargs)
+        return train_ladder(spec, horizons, _cached_corpus(spec.data, vocab_size), **kwargs)
     except Exception as exc:  # a worker must report, never crash the search
         first = str(exc).splitlines()[0][:300] if str(exc) else ""
-        return failed_record(spec, f"{type(exc).__name__}: {first}")
+        reason = f"{type(exc).__name__}: {first}"
+        try:
+            lad = make_ladder(spec, horizons)
+        except Exception:  # the ladder itself is the problem
+            return [failed_record(spec, reason)]
+        lo, hi = kwargs.get("first", 0), kwargs.get("last", lad.rungs - 1)
+        wanted = set(kwargs.get("record") or range(lo, hi + 1))
+        return [failed_record(lad.specs[i], reason).replace(rung=i) for i in range(lo, hi + 1) if i in wanted]
 
 
 def train(
@@ -132,6 +147,61 @@ def train(
     errors raise (they are the caller's to report); failures during training
     (non-finite loss, divergence, out of memory) come back as status ``failed``.
     """
+    return train_ladder(spec, None, corpus, on_eval=on_eval, progress=progress)[0]
+
+
+@dataclass
+class _Path:
+    """The history of the run so far along one path of the ladder (what a rung's record
+    is made of): losses of every step, validation points, and the seconds spent."""
+
+    step: int = 0
+    losses: list = field(default_factory=list)
+    curve: list = field(default_factory=list)
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    eval_s: float = 0.0
+
+    def copy(self) -> "_Path":
+        return _Path(self.step, list(self.losses), list(self.curve), self.wall_s, self.cpu_s, self.eval_s)
+
+
+class _Failed(Exception):
+    def __init__(self, status: Status, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def train_ladder(
+    spec: TrialSpec,
+    horizons: Sequence[float] | None = None,
+    corpus: Corpus | None = None,
+    *,
+    record: Iterable[int] | None = None,
+    first: int = 0,
+    last: int | None = None,
+    resume: str | os.PathLike | None = None,
+    save: str | os.PathLike | None = None,
+    on_rung: Callable[[RunRecord], None] | None = None,
+    on_eval: EvalCallback | None = None,
+    progress: bool = False,
+) -> list[RunRecord]:
+    """Train once and return a record per rung of the horizon ladder (ascending
+    ``horizons``, ``--schedule wsd``; default: ``spec``'s own horizon, one rung).
+
+    The stable phase runs once, to the longest horizon. At each shorter rung's cooldown
+    start the state (model, optimizer, data position, history) is kept, that rung's
+    cooldown runs as a branch and is evaluated and recorded, and the state is restored:
+    every rung's record is bit for bit what a separate training to that horizon (with the
+    ladder's warm-up, ``train.warmup_steps`` in its config) gives on the same CPU.
+
+    ``record`` limits which rungs are trained and recorded (a resumed ladder skips the
+    branches it has); ``first``/``last`` train a segment of the ladder, from the state
+    saved at rung ``first - 1``'s cooldown start (``resume``, a file :func:`train_ladder`
+    wrote with ``save``) to rung ``last``, saving the state at rung ``last``'s cooldown
+    start to ``save`` (statistical successive halving continues promoted runs from it).
+    ``on_rung`` gets each rung's record as soon as it exists.
+    """
     corpus = corpus if corpus is not None else load_corpus(spec.data)
     cfg = spec.model
     if cfg.vocab_size < corpus.vocab_size:
@@ -140,21 +210,49 @@ def train(
         )
     check_fits(corpus, spec.train.batch_size, cfg.seq_len, spec.train.eval_tokens)
     device = resolve_device(spec.device)
-    steps = plan_steps(spec)
-    rec = describe(spec, corpus.fingerprint).replace(device=device)
+    lad = make_ladder(spec, horizons)
+    last = lad.rungs - 1 if last is None else last
+    if not 0 <= first <= last < lad.rungs:
+        raise ValueError(f"rungs {first}..{last} are not a segment of a {lad.rungs}-rung ladder")
+    wanted = set(range(first, last + 1)) if record is None else set(record) & set(range(first, last + 1))
+    if first > 0 and resume is None:
+        raise ValueError("a segment after the first rung continues from a saved state: give resume=")
+    records = {i: describe(lad.specs[i], corpus.fingerprint).replace(device=device, rung=i)
+               for i in range(first, last + 1)}
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
     per_step = tokens_per_step(spec)
-    eval_every = spec.train.eval_every or max(1, steps // 5)
-    warmup = warmup_steps(spec, steps)
-    limit = math.log(cfg.vocab_size) + DIVERGENCE_MARGIN
     precision = spec.train.precision
-    curve: list[dict] = []
-    train_losses: list[float] = []
-    window: deque[float] = deque(maxlen=DIVERGENCE_WINDOW)
-    status, reason, step, eval_s = Status.OK, "", 0, 0.0
-    start, cpu_start = time.perf_counter(), time.process_time()
+    limit = math.log(cfg.vocab_size) + DIVERGENCE_MARGIN
+    # validation steps on the shared path: every rung's points before its branch
+    main_evals = {e for i in range(first, last + 1) for e in lad.eval_steps(i) if e <= lad.starts[i]}
+    main_evals |= set(lad.eval_steps(last))
+    out: dict[int, RunRecord] = {}
+    bar = _progress_bar(lad.steps[last] - (lad.starts[first - 1] if first else 0)
+                        + sum(lad.steps[i] - lad.starts[i] for i in wanted if i < last),
+                        f"{cfg.reuse} seed {spec.seed}", progress)
+
+    def finish(i: int, path: _Path, status: Status = Status.OK, reason: str = "") -> None:
+        """Rung ``i``'s record from the path that reached its horizon (or failed on the way)."""
+        steps_done = min(path.step, lad.steps[i])
+        losses = path.losses[:steps_done]
+        tail = losses[-max(1, len(losses) // 10):] if losses else []
+        points = [p for p in path.curve if p["step"] in set(lad.eval_steps(i)) and p["step"] <= steps_done]
+        ok = status is Status.OK and points and points[-1]["step"] == lad.steps[i]
+        val_loss = points[-1]["val_loss"] if ok else float("nan")
+        rec = records[i].replace(
+            status=status, error=reason, steps=steps_done, steps_planned=lad.steps[i],
+            tokens=steps_done * per_step, train_flops=float(steps_done * per_step * records[i].train_flops_per_token),
+            val_loss=val_loss, val_ppl=perplexity(val_loss),
+            train_loss=sum(tail) / len(tail) if tail else float("nan"), curve=tuple(points),
+            wall_s=path.wall_s, cpu_s=path.cpu_s, eval_s=path.eval_s,  # cpu_s / wall_s: the training's core usage
+            tokens_per_s=steps_done * per_step / (path.wall_s - path.eval_s) if path.wall_s > path.eval_s
+            else float("nan"))  # training throughput: validation time excluded
+        out[i] = rec
+        if on_rung is not None:
+            on_rung(rec)
+
     try:
         model = LoopedLM(cfg).to(device)
         if spec.train.compile:
@@ -162,76 +260,123 @@ def train(
         opt = make_optimizer(model, spec)
         val = val_batches(corpus, spec.train.batch_size, cfg.seq_len, spec.train.eval_tokens)
         batches = train_batches(corpus, spec.train.batch_size, cfg.seq_len, spec.seed)
-        bar = _progress_bar(steps, f"{cfg.reuse} seed {spec.seed}", progress)
-        for step in range(1, steps + 1):
-            x, y = next(batches)
-            x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-            for group in opt.param_groups:
-                group["lr"] = lr_at(step - 1, steps, spec)
-            with _autocast(device, precision):
-                _, loss = model(x, y)
-            loss_value = loss.item()
-            if not math.isfinite(loss_value):
-                status, reason = Status.FAILED, f"non-finite training loss ({loss_value}) at step {step}"
+        path = _Path()
+        if resume is not None:
+            path = _load_state(resume, lad, first, model, opt, batches)
+
+        def run(path: _Path, rung: int, until: int, evals: set[int], check_eval=None) -> None:
+            """Advance ``path`` to step ``until`` under rung ``rung``'s schedule."""
+            rspec, rsteps = lad.specs[rung], lad.steps[rung]
+            t0, c0 = time.perf_counter(), time.process_time()
+            window: deque[float] = deque(path.losses[-DIVERGENCE_WINDOW:], maxlen=DIVERGENCE_WINDOW)
+            try:
+                while path.step < until:
+                    step = path.step + 1
+                    x, y = next(batches)
+                    x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                    for group in opt.param_groups:
+                        group["lr"] = lr_at(step - 1, rsteps, rspec)
+                    with _autocast(device, precision):
+                        _, loss = model(x, y)
+                    loss_value = loss.item()
+                    if not math.isfinite(loss_value):
+                        raise _Failed(Status.FAILED, f"non-finite training loss ({loss_value}) at step {step}")
+                    window.append(loss_value)
+                    if step > lad.warmup and len(window) == window.maxlen and sum(window) / len(window) > limit:
+                        raise _Failed(Status.FAILED, (
+                            f"diverged: training loss {sum(window) / len(window):.3g} at step {step} is above "
+                            f"ln(vocab) + {DIVERGENCE_MARGIN:g} = {limit:.3g}, worse than predicting uniformly"))
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), spec.train.grad_clip, foreach=True)
+                    opt.step()
+                    path.losses.append(loss_value)
+                    path.step = step
+                    bar.update(1)
+                    if step in evals:
+                        e0 = time.perf_counter()
+                        point = {"step": step, "tokens": step * per_step,
+                                 "val_loss": evaluate(model, val, device, precision)}
+                        path.eval_s += time.perf_counter() - e0
+                        path.curve.append(point)
+                        bar.set_postfix(val_loss=f"{point['val_loss']:.4f}")
+                        if not math.isfinite(point["val_loss"]):
+                            raise _Failed(Status.FAILED, f"non-finite validation loss at step {step}")
+                        if step > lad.warmup and point["val_loss"] > limit:
+                            raise _Failed(Status.FAILED, (
+                                f"diverged: validation loss {point['val_loss']:.3g} at step {step} is above "
+                                f"ln(vocab) + {DIVERGENCE_MARGIN:g} = {limit:.3g}, worse than predicting uniformly"))
+                        if check_eval is not None and check_eval(point) and step < rsteps:
+                            raise _Failed(Status.PRUNED, f"stopped by callback at step {step}")
+            finally:
+                path.wall_s += time.perf_counter() - t0
+                path.cpu_s += time.process_time() - c0
+
+        for i in range(first, last + 1):
+            try:
+                run(path, i, lad.starts[i], main_evals, on_eval if lad.rungs == 1 else None)
+            except _Failed as exc:  # the shared phase failed: so does every rung from here
+                for j in range(i, last + 1):
+                    if j in wanted:
+                        finish(j, path, exc.status, exc.reason)
                 break
-            window.append(loss_value)
-            if step > warmup and len(window) == window.maxlen and sum(window) / len(window) > limit:
-                status, reason = Status.FAILED, (
-                    f"diverged: training loss {sum(window) / len(window):.3g} at step {step} is above ln(vocab) + "
-                    f"{DIVERGENCE_MARGIN:g} = {limit:.3g}, worse than predicting uniformly")
-                break
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), spec.train.grad_clip, foreach=True)
-            opt.step()
-            train_losses.append(loss_value)
-            bar.update(1)
-            if step % eval_every == 0 or step == steps:
-                t0 = time.perf_counter()
-                point = {"step": step, "tokens": step * per_step,
-                         "val_loss": evaluate(model, val, device, precision)}
-                eval_s += time.perf_counter() - t0
-                curve.append(point)
-                bar.set_postfix(val_loss=f"{point['val_loss']:.4f}")
-                if not math.isfinite(point["val_loss"]):
-                    status, reason = Status.FAILED, f"non-finite validation loss at step {step}"
-                    break
-                if step > warmup and point["val_loss"] > limit:
-                    status, reason = Status.FAILED, (
-                        f"diverged: validation loss {point['val_loss']:.3g} at step {step} is above ln(vocab) + "
-                        f"{DIVERGENCE_MARGIN:g} = {limit:.3g}, worse than predicting uniformly")
-                    break
-                if on_eval is not None and on_eval(point) and step < steps:
-                    status, reason = Status.PRUNED, f"stopped by callback at step {step}"
-                    break
+            if i == last and save is not None and i < lad.rungs - 1:
+                _save_state(save, lad, i, model, opt, batches, path)
+            if i not in wanted:
+                continue
+            if i == last:  # the last rung's cooldown is the run's own end
+                branch = path
+            else:
+                kept = (copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict()), batches.state())
+                branch = path.copy()
+            try:
+                run(branch, i, lad.steps[i], set(lad.eval_steps(i)), on_eval if lad.rungs == 1 else None)
+                finish(i, branch)
+            except _Failed as exc:
+                finish(i, branch, exc.status, exc.reason)
+            if i != last:
+                model.load_state_dict(kept[0])
+                opt.load_state_dict(kept[1])
+                batches.restore(kept[2])
         bar.close()
     except (torch.OutOfMemoryError, MemoryError) as exc:
-        status, reason = Status.FAILED, f"out of memory at step {step}: {str(exc).splitlines()[0][:200]}"
+        reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
+        for j in sorted(wanted - set(out)):
+            finish(j, locals().get("path") or _Path(), Status.FAILED, reason)
     except RuntimeError as exc:
-        status, reason = Status.FAILED, f"{type(exc).__name__} at step {step}: {str(exc).splitlines()[0][:200]}"
-    wall = time.perf_counter() - start
-    cpu = time.process_time() - cpu_start
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        for j in sorted(wanted - set(out)):
+            finish(j, locals().get("path") or _Path(), Status.FAILED, reason)
+    return [out[i] for i in sorted(out)]
 
-    done = len(train_losses)
-    tail = train_losses[-max(1, done // 10):] if train_losses else []
-    val_loss = curve[-1]["val_loss"] if curve and status is not Status.FAILED else float("nan")
-    return rec.replace(
-        status=status,
-        error=reason,
-        steps=done,
-        steps_planned=steps,
-        tokens=done * per_step,
-        train_flops=float(done * per_step * rec.train_flops_per_token),
-        val_loss=val_loss,
-        val_ppl=perplexity(val_loss),
-        train_loss=sum(tail) / len(tail) if tail else float("nan"),
-        curve=tuple(curve),
-        wall_s=wall,
-        cpu_s=cpu,  # process CPU time, all threads: cpu_s / wall_s is the training's core usage
-        eval_s=eval_s,
-        # training throughput: validation time excluded
-        tokens_per_s=done * per_step / (wall - eval_s) if wall > eval_s else float("nan"),
-    )
+
+def _state_key(lad: Ladder, rung: int) -> dict:
+    """What a saved state must match to be continued: the ladder (its longest rung's
+    config, which fixes every other), the seed and the step."""
+    last = lad.specs[-1]
+    return {"config_hash": last.config_hash(), "seed": last.seed, "step": lad.starts[rung],
+            "horizons": [horizon_of(s) for s in lad.specs]}
+
+
+def _save_state(path_out, lad: Ladder, rung: int, model, opt, batches, path: _Path) -> None:
+    """The run's state at rung ``rung``'s cooldown start, written atomically."""
+    target = Path(path_out)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+    torch.save({"key": _state_key(lad, rung), "model": model.state_dict(), "optimizer": opt.state_dict(),
+                "batches": batches.state(), "path": dataclasses.asdict(path)}, tmp)
+    os.replace(tmp, target)
+
+
+def _load_state(path_in, lad: Ladder, first: int, model, opt, batches) -> _Path:
+    state = torch.load(Path(path_in), map_location="cpu", weights_only=False)
+    want = _state_key(lad, first - 1)
+    if state.get("key") != want:
+        raise ValueError(f"{path_in} is the state of another run ({state.get('key')}), not {want}")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    batches.restore(state["batches"])
+    return _Path(**state["path"])
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):

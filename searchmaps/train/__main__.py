@@ -5,10 +5,12 @@ from __future__ import annotations
 import json
 import sys
 
-from ..cli import build_train_parser, fail, spec_from_args
+from ..cli import build_train_parser, fail, ladder_from_args, spec_from_args
 from ..config import ConfigError
 from ..data import DataError, load_corpus
-from . import train
+from ..results import RunRecord
+from ..schedule import make_ladder
+from . import train_ladder
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,21 +20,33 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec_from_args(args)  # flags first: a bad flag should not wait for data
         corpus = load_corpus(args.data, vocab_size=args.vocab_size)
         spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name)
-        rec = train(spec, corpus, progress=not args.quiet)
+        ladder = ladder_from_args(args)
+        make_ladder(spec, ladder)  # a bad ladder is a flag error, before any training
+        records = train_ladder(spec, ladder, corpus, progress=not args.quiet)
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted", file=sys.stderr)
         return 130
-    row = rec.to_row()
-    if args.json:
-        print(json.dumps(row, default=str))
+    if args.json:  # one JSON line per rung
+        for rec in records:
+            print(json.dumps(rec.to_row(), default=str))
+    elif len(records) == 1:
+        print_record(records[0])
     else:
-        width = max(len(k) for k in row)
-        for k, v in row.items():
-            if k != "curve":
-                print(f"{k:<{width}}  {v:.6g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
-    return 0 if rec.ok else 1
+        print(f"{'rung':>4} {'horizon':>12} {'steps':>7} {'status':<7} {'val_loss':>9} {'val_ppl':>9} {'wall_s':>8}")
+        for r in records:
+            print(f"{r.rung:>4} {r.horizon_target:>12.4g} {r.steps:>7} {r.status.value:<7} {r.val_loss:>9.4f} "
+                  f"{r.val_ppl:>9.3f} {r.wall_s:>8.1f}" + (f"  {r.error}" if r.error else ""))
+    return 0 if all(r.ok for r in records) else 1
+
+
+def print_record(rec: RunRecord) -> None:
+    row = rec.to_row()
+    width = max(len(k) for k in row)
+    for k, v in row.items():
+        if k != "curve":
+            print(f"{k:<{width}}  {v:.6g}" if isinstance(v, float) else f"{k:<{width}}  {v}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,107 @@
+"""Rank stability across horizons, scaling fits and crossings, on tables checked by hand."""
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from searchmaps.stability import (agreement_with, crossings, extrapolate, fit_power_law, power_law, rank_by_rung,
+                                  rank_stability)
+
+HORIZONS = [1e5, 4e5, 1.6e6]
+
+
+def ladder_rows(means: dict, seeds: int = 4, noise=None, drop=()):
+    """Rows for ``means[candidate] = [mean at rung 0, 1, 2]``, seed offsets shared by all."""
+    out = []
+    for c, ms in means.items():
+        for r, m in enumerate(ms):
+            for s in range(seeds):
+                if (c, r) in drop:
+                    continue
+                v = m + 0.01 * s + (noise[(c, s, r)] if noise else 0.0)
+                out.append({"candidate": c, "seed": s, "rung": r, "horizon_target": HORIZONS[r], "val_loss": v,
+                            "val_ppl": math.exp(v)})
+    return pd.DataFrame(out)
+
+
+def test_a_stable_ranking_has_tau_one_and_a_reversed_one_minus_one():
+    same = ladder_rows({"a": [3.0, 2.5, 2.0], "b": [3.1, 2.6, 2.1], "c": [3.2, 2.7, 2.2]})
+    st = rank_stability(same, n_boot=200)
+    assert list(zip(st["rung_a"], st["rung_b"])) == [(0, 1), (0, 2), (1, 2)]
+    assert (st["kendall_tau"] == 1).all() and (st["spearman_rho"] == 1).all()
+    assert (st["kendall_tau_low"] == 1).all()  # seed offsets are shared: every resample agrees
+    flipped = ladder_rows({"a": [3.0, 2.5, 2.2], "b": [3.1, 2.6, 2.1], "c": [3.2, 2.7, 2.0]})
+    st = rank_stability(flipped, n_boot=200)
+    assert st.loc[(st.rung_a == 0) & (st.rung_b == 2), "kendall_tau"].item() == -1
+    assert st.loc[(st.rung_a == 0) & (st.rung_b == 1), "kendall_tau"].item() == 1
+
+
+def test_tau_matches_scipy_and_its_interval_covers_it_under_noise():
+    rng = np.random.default_rng(0)
+    noise = {(c, s, r): rng.normal(0, 0.05) for c in "abcde" for s in range(6) for r in range(3)}
+    means = {c: [3 + 0.05 * i, 2.5 + 0.05 * i, 2.0 + 0.05 * (4 - i)] for i, c in enumerate("abcde")}
+    df = ladder_rows(means, seeds=6, noise=noise)
+    st = rank_stability(df, n_boot=500).set_index(["rung_a", "rung_b"])
+    m = df.groupby(["rung", "candidate"])["val_loss"].mean().unstack()
+    tau = stats.kendalltau(m.loc[0], m.loc[2]).statistic
+    assert st.loc[(0, 2), "kendall_tau"] == pytest.approx(tau)
+    assert st.loc[(0, 2), "kendall_tau_low"] <= tau <= st.loc[(0, 2), "kendall_tau_high"]
+    assert st.loc[(0, 2), "spearman_rho"] == pytest.approx(stats.spearmanr(m.loc[0], m.loc[2]).statistic)
+
+
+def test_top_group_overlap_counts_the_maps_both_horizons_call_best():
+    rng = np.random.default_rng(1)
+    noise = {(c, s, r): rng.normal(0, 0.01) for c in "abcd" for s in range(8) for r in range(3)}
+    # rung 0: a and b equal, c and d far worse; rung 2: a, b, c equal, d worse
+    df = ladder_rows({"a": [3.0, 2.5, 2.0], "b": [3.0, 2.5, 2.0], "c": [3.5, 2.9, 2.0], "d": [3.6, 3.0, 2.6]},
+                     seeds=8, noise=noise)
+    row = rank_stability(df, n_boot=100).set_index(["rung_a", "rung_b"]).loc[(0, 2)]
+    assert row["top_group_a"] == "a;b" and row["top_group_b"] == "a;b;c"
+    assert (row["top_overlap"], row["top_union"]) == (2, 3) and row["top_jaccard"] == pytest.approx(2 / 3)
+
+
+def test_only_candidates_that_reached_both_rungs_are_compared():
+    df = ladder_rows({"a": [3.0, 2.5, 2.0], "b": [3.1, 2.6, 2.1], "c": [3.2, 2.7, 2.2]},
+                     drop=[("c", 1), ("c", 2)])  # promotion stopped c at rung 0
+    st = rank_stability(df, n_boot=50).set_index(["rung_a", "rung_b"])
+    assert st.loc[(0, 1), "n_candidates"] == 2 and st.loc[(1, 2), "n_candidates"] == 2
+    ranks = rank_by_rung(df, n_boot=50)
+    assert ranks[ranks.rung == 0].set_index("candidate")["rank"].to_dict() == {"a": 1, "b": 2, "c": 3}
+    assert set(ranks[ranks.rung == 2]["candidate"]) == {"a", "b"}
+
+
+def test_a_power_law_through_exact_points_is_recovered():
+    e, a, alpha = 1.5, 40.0, 0.3
+    hs = np.array([1e5, 3e5, 1e6, 3e6])
+    fit = fit_power_law(hs, e + a * hs ** -alpha)
+    assert fit == pytest.approx((e, a, alpha), rel=1e-4)
+    assert fit_power_law(hs[:2], [3.0, 2.5]) is None  # two points do not fix three parameters
+    assert power_law(1.0, 1.0, 2.0, 0.5) == 3.0
+
+
+def test_extrapolation_interval_and_a_predicted_crossing():
+    """a learns fast early and plateaus; b is worse now but keeps improving: b should pass
+    a before 1e8, and every resample (shared seed offsets only) agrees."""
+    law_a, law_b = (2.0, 40.0, 0.35), (1.0, 150.0, 0.30)
+    means = {c: [e + a_ * h ** -al for h in HORIZONS] for c, (e, a_, al) in (("a", law_a), ("b", law_b))}
+    assert means["a"][-1] < means["b"][-1]
+    table, boots = extrapolate(ladder_rows(means, seeds=5), target=1e8, n_boot=200)
+    t = table.set_index("candidate")
+    assert t.loc["a", "prediction"] == pytest.approx(2.0 + 40 * 1e8 ** -0.35, rel=0.02)
+    assert t.loc["a", "prediction_low"] <= t.loc["a", "prediction"] <= t.loc["a", "prediction_high"]
+    assert t.loc["b", "fit_share"] == 1.0
+    (row,) = crossings(table, boots).itertuples()
+    assert (row.better_now, row.worse_now) == ("a", "b") and row.flip_share == 1.0
+    true_cross = next(d for d in np.geomspace(1.6e6, 1e8, 20000)
+                      if 2.0 + 40 * d ** -0.35 > 1.0 + 150 * d ** -0.30)
+    assert row.crossing_at == pytest.approx(true_cross, rel=0.05)
+
+
+def test_agreement_with_a_published_ranking():
+    df = ladder_rows({"a": [3.0, 2.5, 2.2], "b": [3.1, 2.6, 2.1], "c": [3.2, 2.7, 2.0]})
+    published = {"a": 15.0, "b": 14.0, "c": 13.0, "z": 1.0}  # z: not in this study
+    ag = agreement_with(df, published).set_index("rung")
+    assert ag.loc[0, "kendall_tau"] == -1 and ag.loc[2, "kendall_tau"] == 1 and ag.loc[2, "n_candidates"] == 3
