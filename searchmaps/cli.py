@@ -88,7 +88,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--seq-len", type=int, default=None, help="training context in tokens (default 128)")
     g.add_argument("--max-positions", type=int, default=None, help="learned position table size (default 1024)")
     g.add_argument("--residual", choices=RESIDUALS, default=None,
-                   help="prenorm (LLaMA/ILR, default) or deeploop (Post-LN DeepNorm)")
+                   help="prenorm (LLaMA/ILR, default), deeploop (Post-LN DeepNorm) or depth-mup (pre-norm with "
+                        "every residual branch scaled by 1/sqrt(unrolled depth), Depth-muP)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]
-Residual = Literal["prenorm", "deeploop"]
+Residual = Literal["prenorm", "deeploop", "depth-mup"]
 Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]

@@ -22,7 +22,7 @@ from . import faults
 from .ledger import HEARTBEAT_S, Ledger
 from .plan import SearchPlan
 from .results import RunRecord, RunsFile, Status, failed_record
-from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Unit
+from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 from .study import SearchStudy
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
@@ -60,12 +60,14 @@ class Driver:
             candidates=plan.candidates,
             propose=study.propose if plan.candidates is None else None,
             known=study.known_candidates() if plan.candidates is None else (),
-            racing=RacingRule(plan.race_start_seeds, plan.alpha) if plan.racing else None,
+            racing=RacingRule(plan.race_start_seeds, plan.alpha, plan.top_group_rule) if plan.racing else None,
             max_crashes=MAX_CRASHES,
             claim=lambda unit: ledger.claim(unit.key, unit.candidate.label),
             rungs=plan.rungs,
-            promotion=PromotionRule(plan.alpha) if plan.promote else None,
+            promotion=PromotionRule(plan.alpha, plan.top_group_rule) if plan.promote else None,
             horizons=plan.ladder,
+            lr_grid=plan.lr_grid,
+            tuning_seeds=plan.tuning_seeds,
         )
         self._refresh(force=True)
 
@@ -128,16 +130,17 @@ class Driver:
             return self.scheduler.remaining()
 
     def spec(self, unit: Unit):
-        return self.plan.spec(unit.candidate, unit.seed)
+        return self.plan.spec(unit.candidate, unit.seed, unit.lr)
 
     def job(self, unit: Unit) -> dict:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
         and record, and (promotion) the saved state to continue from and to save."""
         plan = self.plan
+        tuning = unit.role == "tuning"  # a tuning run trains the first horizon only
         job = {"spec": self.spec(unit).to_dict(), "vocab_size": plan.vocab_size, "unit": unit.key,
-               "seed": unit.seed, "horizons": list(plan.ladder) or None, "first": unit.first, "last": unit.last,
-               "record": self.scheduler.needed(unit)}
-        if plan.promote:
+               "seed": unit.seed, "horizons": None if tuning else list(plan.ladder) or None, "first": unit.first,
+               "last": unit.last, "record": self.scheduler.needed(unit)}
+        if plan.promote and not tuning:
             job["resume"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
             job["save"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) \
                 if unit.last < plan.rungs - 1 else None
@@ -163,7 +166,7 @@ class Driver:
                 self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
 
     def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:
-        records = [self._check_data(r) for r in records]
+        records = [self._check_data(r).replace(role=unit.role) for r in records]
         stored = self.ledger.record(unit.key, records)
         faults.point("recorded")
         if final:
@@ -211,6 +214,8 @@ class Driver:
         for event in self.scheduler.take_events():
             if isinstance(event, RungDone):
                 self.study.report_rung(event)
+            elif isinstance(event, Tuned):
+                self.study.note_tuning(event)
             elif self.study.tell(event):
                 faults.point("told")
             if isinstance(event, Finished) and event.stopped and self.plan.promote:

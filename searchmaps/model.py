@@ -100,12 +100,17 @@ class SwiGLU(nn.Module):
 
 class Block(nn.Module):
     """One decoder layer. ``prenorm``: x + f(norm(x)) (LLaMA, ILR). ``deeploop``:
-    Post-LN DeepNorm, norm(alpha * x + f(x)), alpha = sqrt(2N) for unrolled depth N."""
+    Post-LN DeepNorm, norm(alpha * x + f(x)), alpha = sqrt(2N) for unrolled depth N.
+    ``depth-mup``: x + f(norm(x)) / sqrt(N), every residual branch scaled by the inverse
+    square root of the unrolled depth (Depth-muP: Yang et al. 2023, Bordelon et al. 2023), so
+    that the residual stream's updates keep their size whatever the map's depth and one
+    learning rate can serve shallow and deep maps alike."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.postnorm = cfg.residual == "deeploop"
         self.alpha = math.sqrt(2 * cfg.reuse.applied_layers) if self.postnorm else 1.0
+        self.branch = 1 / math.sqrt(cfg.reuse.applied_layers) if cfg.residual == "depth-mup" else 1.0
         self.norm1 = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.norm2 = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.attn = Attention(cfg)
@@ -115,6 +120,9 @@ class Block(nn.Module):
         if self.postnorm:
             x = self.norm1(self.alpha * x + self.attn(x, rope, bias))
             return self.norm2(self.alpha * x + self.mlp(x))
+        if self.branch != 1.0:
+            x = x + self.branch * self.attn(self.norm1(x), rope, bias)
+            return x + self.branch * self.mlp(self.norm2(x))
         x = x + self.attn(self.norm1(x), rope, bias)
         return x + self.mlp(self.norm2(x))
 
@@ -156,9 +164,10 @@ class LoopedLM(nn.Module):
                     p.data.mul_(beta)
             else:
                 nn.init.normal_(p, mean=0.0, std=0.02)
-                if name.endswith(("proj.weight", "down.weight")):
+                if cfg.residual != "depth-mup" and name.endswith(("proj.weight", "down.weight")):
                     # GPT-2: residual-branch outputs scaled by physical depth (not the map,
-                    # so every map of a seed starts from the same weights)
+                    # so every map of a seed starts from the same weights); depth-mup scales the
+                    # branch by its 1/sqrt(unrolled depth) multiplier instead
                     p.data.mul_((2 * cfg.n_layers) ** -0.5)
 
     def num_params(self) -> int:

@@ -57,6 +57,9 @@ class SearchPlan:
     ladder: tuple[float, ...] = ()  # horizons served by one training (needs schedule wsd); () -> the space's
     promote: bool = False  # statistical successive halving along the ladder
     target: float | None = None  # the horizon the report extrapolates a ladder's fits to
+    top_group_rule: str = "hsd"  # searchmaps.topgroup.RULES: racing, promotion and the report use it
+    lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
+    tuning_seeds: int = 2
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -108,6 +111,16 @@ class SearchPlan:
             plan_steps(spec)  # a FLOP-matched horizon must buy one step
             if self.ladder:
                 make_ladder(spec, self.ladder)  # increasing, wsd, distinct steps, cooldowns after the warm-up
+        set_("lr_grid", tuple(float(x) for x in (self.lr_grid or self.space.lr_grid)))
+        if self.lr_grid:
+            if len(self.lr_grid) < 2 or not all(math.isfinite(x) and x > 0 for x in self.lr_grid) \
+                    or len(set(self.lr_grid)) < len(self.lr_grid):
+                raise ConfigError(f"--lr-grid needs two or more distinct positive rates, got "
+                                  f"{','.join(f'{x:g}' for x in self.lr_grid)} (one rate is --lr)")
+            if isinstance(self.tuning_seeds, bool) or not isinstance(self.tuning_seeds, int) or self.tuning_seeds < 1:
+                raise ConfigError(f"--tuning-seeds must be at least 1, got {self.tuning_seeds}")
+        if self.top_group_rule not in ("hsd", "mcb", "holm", "friedman"):
+            raise ConfigError(f"--top-group must be hsd, mcb, holm or friedman, got {self.top_group_rule!r}")
         if self.target is not None and not (math.isfinite(self.target) and self.target > 0):
             raise ConfigError(f"--target-tokens must be a positive number, got {self.target}")
         if self.promote:
@@ -160,10 +173,11 @@ class SearchPlan:
     def model(self, cand: Candidate):
         return dataclasses.replace(self.space.model, reuse=cand.reuse, pe=cand.pe, vocab_size=self.vocab_size)
 
-    def spec(self, cand: Candidate, seed: int) -> TrialSpec:
+    def spec(self, cand: Candidate, seed: int, lr: float | None = None) -> TrialSpec:
         """The candidate's training at ``seed`` (with a ladder: to its first horizon; the ladder
-        itself is :attr:`ladder`)."""
-        spec = TrialSpec(model=self.model(cand), train=self.space.train, seed=seed, data=self.data,
+        itself is :attr:`ladder`), at learning rate ``lr`` (None: the space's)."""
+        train = self.space.train if lr is None else dataclasses.replace(self.space.train, lr=float(lr))
+        spec = TrialSpec(model=self.model(cand), train=train, seed=seed, data=self.data,
                          threads=self.threads, device=self.device)
         return with_horizon(spec, self.ladder[0]) if self.ladder else spec
 
@@ -245,6 +259,9 @@ class SearchPlan:
             "racing": self.racing,
             "ladder": list(self.ladder),
             "promote": self.promote,
+            "top_group_rule": self.top_group_rule,
+            "lr_grid": list(self.lr_grid),
+            "tuning_seeds": self.tuning_seeds if self.lr_grid else 0,
         }
 
     def storage_for_files(self) -> str:

@@ -298,7 +298,8 @@ def read_runs(path) -> list[RunRecord]:
 
 def records_frame(records: Iterable[RunRecord]):
     """Records as a pandas DataFrame: one column per field (``status`` as its string),
-    ``candidate`` = the label, ``curve`` as JSON text; ``config.*`` columns left out."""
+    ``candidate`` = the label, ``curve`` as JSON text, ``lr`` the learning rate; the other
+    ``config.*`` values left out."""
     import pandas as pd
 
     rows = []
@@ -307,8 +308,9 @@ def records_frame(records: Iterable[RunRecord]):
         d["status"] = r.status.value
         d["candidate"] = r.label
         d["curve"] = json.dumps(list(r.curve))
+        d["lr"] = r.config.get("train.lr", float("nan"))
         rows.append(d)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return pd.DataFrame(rows, columns=COLUMNS + ["lr"])
 
 
 # --------------------------------------------------------------------------- runs.csv

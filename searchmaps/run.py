@@ -53,8 +53,15 @@ def build_parser() -> Parser:
                    help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler (random/tpe/nsga2)")
     p.add_argument("--racing", action="store_true",
-                   help="start every candidate with --race-start-seeds seeds; after each round drop those "
-                        "significantly worse than the best (paired t-test, Holm); survivors get one more seed, up to --seeds")
+                   help="start every candidate with --race-start-seeds seeds; after each round drop those the "
+                        "top-group rule leaves out; survivors get one more seed, up to --seeds, until one is left")
+    p.add_argument("--lr-grid", type=numbers, default=None, metavar="A,B,C",
+                   help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
+                        "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
+    p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
+    p.add_argument("--top-group", default="hsd", choices=("hsd", "mcb", "holm", "friedman"),
+                   help="the rule that picks the top group, for racing, promotion and the report (default hsd: "
+                        "Tukey's HSD against the best, the seed noise pooled over every map)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
@@ -118,7 +125,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   gpus_per_trial=args.gpus_per_trial, threads=args.threads, device=device,
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
-                  promote=args.promote, target=args.target_tokens)
+                  promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
+                  lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds)
     plan = SearchPlan(**common)  # checks every setting before the data is read
     if args.dry_run:
         return dataclasses.replace(plan, study=args.study or default_study_name(plan))
@@ -300,7 +308,15 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
               file=sys.stderr)
     if p.recovered:
         print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
-    rows = [r for r in driver.rows() if r.role == "eval"]
+    all_rows = driver.rows()
+    tuning = [r for r in all_rows if r.role == "tuning"]
+    rows = [r for r in all_rows if r.role == "eval"]
+    if tuning:
+        spent = sum(r.wall_s for r in tuning)
+        total = spent + sum(r.wall_s for r in rows if r.rung == max(x.rung for x in rows)) if rows else spent
+        chosen = sorted({(r.label, r.config.get("train.lr")) for r in rows})
+        print(f"learning-rate tuning: {len(tuning)} trainings on tuning seeds ({spent:.0f} s, {spent / total:.0%} of "
+              f"the study's training time); chosen: " + ", ".join(f"{c} {lr:g}" for c, lr in chosen), file=sys.stderr)
     if plan.ladder:
         print_ladder(plan, rows)
         last = max((r.rung for r in rows), default=0)
@@ -321,14 +337,17 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        res = stats.analyze(ok, metric="val_ppl", alpha=plan.alpha, method="ttest")
-        mde = res["mde"]
-        print(f"top group (not significantly worse than the best; paired t-test, Holm over {res['family_size']} "
-              f"pairs, alpha {plan.alpha:g}): {', '.join(res['top_group'])}")
-        if math.isfinite(mde["mde"]):
-            print(f"smallest difference these {mde['n_seeds']} seeds detect with 80 % power: "
-                  f"{mde['mde']:.3g} perplexity" + (" (the top group's gaps are below it: add seeds)"
-                                                    if len(res['top_group']) > 1 else ""))
+        from .topgroup import detectable_effect, top_group
+
+        mat = stats.to_matrix(ok, "val_ppl")
+        group = top_group(mat, plan.top_group_rule, plan.alpha)
+        det = detectable_effect(mat, plan.top_group_rule, plan.alpha)
+        print(f"top group ({plan.top_group_rule} rule, alpha {plan.alpha:g}, over the {det['n_seeds']} seeds all "
+              f"{det['k']} candidates share): {', '.join(group)}")
+        if math.isfinite(det["mde"]):
+            print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} perplexity "
+                  f"({det['mde_pct']:.1f} % of the best mean)" + (" -- the top group's gaps are below it: add seeds"
+                                                                  if len(group) > 1 else ""))
 
 
 def print_ladder(plan: SearchPlan, rows) -> None:

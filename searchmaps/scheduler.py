@@ -35,18 +35,28 @@ class _Wait:
 WAIT = _Wait()  # nothing to hand out now, but the search is not over: ask again later
 
 
+TUNING_SEED_BASE = 10_000  # tuning seeds are 10000, 10001, ...: never an evaluation seed
+
+
 @dataclass(frozen=True)
 class Unit:
-    """One training: a candidate at one seed, rungs ``first..last`` of the ladder."""
+    """One training: a candidate at one seed, rungs ``first..last`` of the ladder, at the
+    learning rate ``lr`` (None: the plan's). ``role`` ``tuning`` marks a learning-rate
+    tuning run, whose rows never enter the reported statistics."""
 
     candidate: Candidate
     seed: int
     first: int = 0
     last: int = 0
+    lr: float | None = None
+    role: str = "eval"
 
     @property
     def key(self) -> str:
-        """The unit's name in the study's claims: ``4,2,1,1|rope#0`` (``@1-1``: rungs 1..1)."""
+        """The unit's name in the study's claims: ``4,2,1,1|rope#0`` (``@1-1``: rungs 1..1;
+        a tuning run: ``4,2,1,1|rope#t10000@lr0.001``)."""
+        if self.role == "tuning":
+            return f"{self.candidate.label}#t{self.seed}@lr{self.lr:g}"
         span = "" if (self.first, self.last) == (0, 0) else f"@{self.first}-{self.last}"
         return f"{self.candidate.label}#{self.seed}{span}"
 
@@ -61,6 +71,17 @@ class RungDone:
 
     candidate: Candidate
     rung: int
+    rows: tuple[RunRecord, ...]
+
+
+@dataclass(frozen=True)
+class Tuned:
+    """A candidate's learning rate is chosen: the grid's lowest mean validation loss over
+    the tuning seeds (a run that failed counts as infinitely bad)."""
+
+    candidate: Candidate
+    lr: float | None  # None: every rate failed
+    losses: dict  # lr -> mean validation loss over the tuning seeds (inf when any failed)
     rows: tuple[RunRecord, ...]
 
 
@@ -81,24 +102,26 @@ class Finished:
 
 @dataclass(frozen=True)
 class RacingRule:
-    """Racing: every candidate starts with ``start_seeds`` seeds; after each round those
-    significantly worse than the best (paired t-test, Holm over the racing pairs, alpha
-    split over the planned looks) stop, and the others get one more seed."""
+    """Racing: every candidate starts with ``start_seeds`` seeds; after each round those the
+    top-group ``rule`` leaves out (alpha split over the planned looks) stop, and the
+    others get one more seed, until one is left or they have every seed."""
 
     start_seeds: int
     alpha: float = 0.05
+    rule: str = "hsd"
 
 
 @dataclass(frozen=True)
 class PromotionRule:
     """Statistical successive halving: after each rung, the candidates in that rung's top
-    group (:func:`searchmaps.stats.top_group` over the seeds: paired t-test, Holm over the
-    pairs) go on to the next rung. ``alpha`` is split evenly over the ladder's looks (one
-    per rung but the last), as racing splits it over its rounds: each look may stop a map
-    as good as the best with probability up to its share, so the whole ladder keeps it
-    with probability at least 1 - alpha."""
+    group (:func:`searchmaps.topgroup.top_group` over the seeds, by ``rule``) go on to the
+    next rung. ``alpha`` is split evenly over the ladder's looks (one per rung but the
+    last), as racing splits it over its rounds: each look may stop a map as good as the
+    best with probability up to its share, so the whole ladder keeps it with probability
+    at least 1 - alpha."""
 
     alpha: float = 0.05
+    rule: str = "hsd"
 
 
 class Scheduler:
@@ -106,7 +129,8 @@ class Scheduler:
                  propose: Callable[[], Candidate | None] | None = None, known: Sequence[Candidate] = (),
                  racing: RacingRule | None = None, max_crashes: int = 2,
                  claim: Callable[[Unit], bool] | None = None, rungs: int = 1,
-                 promotion: PromotionRule | None = None, horizons: Sequence[float] = ()):
+                 promotion: PromotionRule | None = None, horizons: Sequence[float] = (),
+                 lr_grid: Sequence[float] = (), tuning_seeds: int = 2):
         if (candidates is None) == (propose is None):
             raise ValueError("give either a fixed candidate list or a propose function")
         if promotion is not None and (racing is not None or candidates is None or rungs < 2):
@@ -116,6 +140,8 @@ class Scheduler:
         self.promotion = promotion
         self.rungs = rungs
         self.horizons = tuple(horizons)
+        self.lr_grid = tuple(lr_grid)
+        self.tuning_seeds = tuning_seeds
         self.max_crashes = max_crashes
         self._claim = claim or (lambda unit: True)
         self._propose = propose
@@ -131,7 +157,9 @@ class Scheduler:
         self._seen: set[str] = set()
         self._in_flight: set[Unit] = set()
         self._elsewhere: set[Unit] = set()
-        self._events: list[RungDone | Finished] = []
+        self._events: list[RungDone | Finished | Tuned] = []
+        self._tuning: dict[tuple[str, float, int], RunRecord] = {}  # (label, lr, tuning seed)
+        self._chosen: dict[Candidate, float | None] = {}  # candidates whose learning rate is chosen
         self._exhausted = propose is None
 
     # ------------------------------------------------------------------ rows in
@@ -141,9 +169,15 @@ class Scheduler:
         id). A ``crashed`` row counts a crash and puts its unit back in the queue."""
         touched = set()
         for r in rows:
-            if r.run_id in self._seen or r.role != "eval":
+            if r.run_id in self._seen:
                 continue
             self._seen.add(r.run_id)
+            if r.role == "tuning":
+                self._add_tuning_row(r)
+                touched.add(r.label)
+                continue
+            if r.role != "eval":
+                continue
             if r.status is Status.CRASHED:
                 unit = self._unit_of(r.candidate, r.seed, r.rung)
                 self._crashes[unit.key] = self._crashes.get(unit.key, 0) + 1
@@ -160,6 +194,16 @@ class Scheduler:
             if cand.label in touched:
                 self._update(cand)
 
+    def _add_tuning_row(self, r: RunRecord) -> None:
+        lr = float(r.config.get("train.lr"))
+        unit = Unit(r.candidate, r.seed, lr=lr, role="tuning")
+        if r.status is Status.CRASHED:
+            self._crashes[unit.key] = self._crashes.get(unit.key, 0) + 1
+        else:
+            self._tuning[(r.label, lr, r.seed)] = r
+        self._in_flight.discard(unit)
+        self._elsewhere.discard(unit)
+
     def crash_status(self, unit: Unit) -> Status:
         """How to record a training of ``unit`` whose process died: ``crashed`` (it runs
         again) until it has died ``max_crashes`` times, then ``failed``."""
@@ -175,7 +219,13 @@ class Scheduler:
 
     def needed(self, unit: Unit) -> list[int]:
         """The rungs of ``unit`` the rows do not hold yet (a resumed ladder trains only those)."""
+        if unit.role == "tuning":
+            return [] if (unit.candidate.label, unit.lr, unit.seed) in self._tuning else [0]
         return [i for i in unit.rungs if (unit.candidate.label, unit.seed, i) not in self._rows]
+
+    def tuning_units(self, cand: Candidate) -> list[Unit]:
+        return [Unit(cand, TUNING_SEED_BASE + t, lr=lr, role="tuning")
+                for lr in self.lr_grid for t in range(self.tuning_seeds)]
 
     # ------------------------------------------------------------------ units out
 
@@ -185,8 +235,11 @@ class Scheduler:
             for cand in self._active:
                 if cand in self._finished:
                     continue
-                for seed in range(self._planned[cand]):
-                    unit = self._unit_of(cand, seed, self._rung.get(cand, 0))
+                if self.lr_grid and cand not in self._chosen:
+                    units = self.tuning_units(cand)
+                else:
+                    units = [self._unit_of(cand, seed, self._rung.get(cand, 0)) for seed in range(self._planned[cand])]
+                for unit in units:
                     if self._done(unit) or unit in self._in_flight or unit in self._elsewhere:
                         continue
                     if self._claim(unit):
@@ -199,7 +252,7 @@ class Scheduler:
                 return WAIT
             return None
 
-    def take_events(self) -> list[RungDone | Finished]:
+    def take_events(self) -> list[RungDone | Finished | Tuned]:
         out, self._events = self._events, []
         return out
 
@@ -225,16 +278,24 @@ class Scheduler:
             if cand not in self._finished:
                 rung = self._rung.get(cand, 0)
                 todo += sum(not self._done(self._unit_of(cand, s, rung)) for s in range(self._planned[cand]))
+                if self.lr_grid and cand not in self._chosen:
+                    todo += sum(not self._done(u) for u in self.tuning_units(cand))
         for cand in self._pending:
             todo += sum(not self._done(self._unit_of(cand, s, 0)) for s in range(start))
+            todo += sum(not self._done(u) for u in self.tuning_units(cand)) if self.lr_grid else 0
         return todo
+
+    def chosen_lr(self, cand: Candidate) -> float | None:
+        """The candidate's learning rate once tuned (None before, or without a grid)."""
+        return self._chosen.get(cand)
 
     # ------------------------------------------------------------------ internals
 
     def _unit_of(self, cand: Candidate, seed: int, rung: int) -> Unit:
+        lr = self._chosen.get(cand)
         if self.promotion is not None:
-            return Unit(cand, seed, rung, rung)
-        return Unit(cand, seed, 0, self.rungs - 1)
+            return Unit(cand, seed, rung, rung, lr)
+        return Unit(cand, seed, 0, self.rungs - 1, lr)
 
     def _done(self, unit: Unit) -> bool:
         return not self.needed(unit)
@@ -261,9 +322,25 @@ class Scheduler:
         return all((cand.label, s, rung) in self._rows for s in range(self._planned[cand]))
 
     def _update(self, cand: Candidate) -> None:
-        """Report finished rungs and finish ``cand`` once it has every row it will get."""
+        """Choose ``cand``'s learning rate once its tuning runs are in, report finished
+        rungs, and finish ``cand`` once it has every row it will get."""
         if cand in self._finished:
             return
+        if self.lr_grid and cand not in self._chosen:
+            if not all(self._done(u) for u in self.tuning_units(cand)):
+                return
+            rows = [self._tuning[(cand.label, u.lr, u.seed)] for u in self.tuning_units(cand)]
+            losses = {}
+            for lr in self.lr_grid:
+                got = [r for r in rows if float(r.config.get("train.lr")) == lr]
+                losses[lr] = sum(r.val_loss for r in got) / len(got) if all(r.ok for r in got) else float("inf")
+            best = min(losses, key=lambda lr: (losses[lr], lr))
+            chosen = best if losses[best] < float("inf") else None
+            self._chosen[cand] = chosen
+            self._events.append(Tuned(cand, chosen, losses, tuple(rows)))
+            if chosen is None:  # every rate failed: nothing to evaluate
+                self._finish(cand, [r for r in rows if not r.ok][: self._planned[cand]] or rows[:1])
+                return
         top = self._rung.get(cand, 0) if self.promotion is not None else self.rungs - 1
         for rung in range(top + 1):
             if (cand, rung) not in self._rung_done and self._complete(cand, rung):
@@ -303,12 +380,14 @@ class Scheduler:
                 for c in racers for s in range(self._planned[c])]
         step = race_step(pd.DataFrame(rows), alpha=self.racing.alpha, method="ttest",
                          min_seeds=self.racing.start_seeds, max_seeds=self.seeds,
-                         candidates=[c.label for c in racers])
+                         candidates=[c.label for c in racers], rule=self.racing.rule)
+        survivors = [c for c in racers if c.label not in step["dropped"]]
         for c in racers:
             if c.label in step["dropped"]:
                 self._finish(c, self.rows_of(c)[: self._planned[c]],
-                             f"worse than {step['best']} after {self._planned[c]} seeds "
-                             f"(corrected p = {step['dropped'][c.label]:.3g})")
+                             f"worse than {step['best']} after {self._planned[c]} seeds ({step['dropped'][c.label]})")
+            elif len(survivors) == 1:  # the race is decided: the winner needs no more seeds
+                self._finish(c, self.rows_of(c)[: self._planned[c]])
             else:
                 self._planned[c] += 1
                 self._update(c)
@@ -329,12 +408,12 @@ class Scheduler:
             return False
         import pandas as pd
 
-        from .stats import top_group
+        from .topgroup import top_group
 
-        rows = pd.DataFrame([{"candidate": c.label, "seed": s, "val_ppl": self._rows[(c.label, s, rung)].val_ppl}
-                             for c in at_rung for s in range(self._planned[c])])
+        mat = pd.DataFrame({c.label: [self._rows[(c.label, s, rung)].val_ppl for s in range(self._planned[c])]
+                            for c in at_rung})
         level = self.promotion.alpha / (self.rungs - 1)
-        group = set(top_group(rows, "val_ppl", alpha=level)) if len(at_rung) > 1 else {c.label for c in at_rung}
+        group = set(top_group(mat, self.promotion.rule, level)) if len(at_rung) > 1 else {c.label for c in at_rung}
         where = f"rung {rung}" + (f" ({self.horizons[rung]:,.4g})" if rung < len(self.horizons) else "")
         for c in at_rung:
             if c.label in group:
@@ -342,6 +421,6 @@ class Scheduler:
                 self._update(c)
             else:
                 self._finish(c, [self._rows[(c.label, s, rung)] for s in range(self._planned[c])],
-                             stopped=f"stopped at {where}: not in its top group (paired t-test, Holm over the "
-                                     f"{len(at_rung)} candidates' pairs, alpha {level:.3g} per look)")
+                             stopped=f"stopped at {where}: not in its top group ({self.promotion.rule} rule over "
+                                     f"{len(at_rung)} candidates, alpha {level:.3g} per look)")
         return True

@@ -55,6 +55,7 @@ class Space:
     source: str = "<space>"
     model_keys: frozenset = frozenset()  # [model] keys the file sets; the rest follow the defaults
     ladder: tuple[float, ...] = ()  # [train] tokens = [a, b, c] (or train_flops): a horizon ladder
+    lr_grid: tuple[float, ...] = ()  # [train] lr = [a, b, c]: each candidate's rate is fitted on tuning seeds
     published: tuple = ()  # [published]: (pe, map, value) of a paper's table, to compare rankings with
     published_source: str = ""
     published_tokens: int = 0  # the horizon the published numbers were trained to
@@ -154,7 +155,13 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     if "maps" not in d:
         raise SpaceError(f"{src}: [maps] is missing: give at least one of repeats, block, list")
     model_kw, train_kw, maps_t = d.get("model", {}), dict(d.get("train", {})), d["maps"]
-    ladder = ()
+    ladder, lr_grid = (), ()
+    if isinstance(train_kw.get("lr"), list):  # a list of rates is a grid fitted per candidate
+        values = train_kw["lr"]
+        if len(values) < 2 or not all(type(v) in (int, float) and v > 0 for v in values):
+            raise SpaceError(f"{src}: [train].lr must be a positive number or a list of 2+ (a grid), got {values!r}")
+        lr_grid = tuple(float(v) for v in values)
+        train_kw["lr"] = float(values[0])
     for key in ("tokens", "train_flops"):  # a list of horizons is a ladder; the first is the spec's horizon
         if isinstance(train_kw.get(key), list):
             values = train_kw[key]
@@ -184,7 +191,7 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
-                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder,
+                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder, lr_grid=lr_grid,
                  published=published, published_source=source, published_tokens=ptokens, **built)
 
 

@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 from .config import Candidate, ConfigError, ReuseMap
 from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
-from .scheduler import Finished, RungDone
+from .scheduler import Finished, RungDone, Tuned
 
 OBJECTIVES = ("val_ppl", "flops_per_token")
 ORPHAN_GRACE_S = 30.0  # a RUNNING trial no candidate names is left alone this long (its driver may be registering it)
@@ -271,6 +271,17 @@ class SearchStudy:
         step = int(event.rows[0].horizon_target)
         value = float(np.mean([r.val_ppl for r in event.rows]))
         _retry(lambda: self.storage.set_trial_intermediate_value(self._id_of(entry.trial_number), step, value))
+
+    def note_tuning(self, event: Tuned) -> None:
+        """The candidate's chosen learning rate and each rate's tuning loss, as attributes
+        of its trial (the dashboard shows them; the statistics never use tuning rows)."""
+        number = self.open(event.candidate)
+        if number is None or self.state(number) != TrialState.RUNNING:
+            return
+        trial_id = self._id_of(number)
+        losses = {f"{lr:g}": (v if math.isfinite(v) else None) for lr, v in event.losses.items()}
+        _retry(lambda: self.storage.set_trial_user_attr(trial_id, "lr", event.lr))
+        _retry(lambda: self.storage.set_trial_user_attr(trial_id, "lr_tuning_val_loss", losses))
 
     def tell(self, event: Finished) -> bool:
         """Tell the candidate's trial its result, once for the whole study (whichever

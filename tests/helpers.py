@@ -33,7 +33,7 @@ def se(p: float, n: int) -> float:
 
 def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int = 3, alpha: float = 0.05,
                   rng=None, seed_sd: float | None = None, method: str = "ttest",
-                  correction: str = "holm", min_seeds: int = 3) -> dict:
+                  correction: str = "holm", min_seeds: int = 3, rule: str = "hsd") -> dict:
     """Race on simulated data with known truth, next to the full factorial.
 
     Run ``s`` of candidate ``c`` scores ``true_means[c] + seed_sd * z_s +
@@ -41,9 +41,9 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     on seed s, so pairing removes it; ``seed_sd`` defaults to ``noise_sd``). Every
     candidate starts with ``start_seeds`` seeds; each round
     :func:`searchmaps.racing.race_step` drops candidates and every survivor gets one
-    more seed, until ``max_seeds`` or a single survivor. The full factorial trains every
-    candidate on ``max_seeds`` seeds (the same draws) and takes
-    :func:`searchmaps.stats.top_group`.
+    more seed, until ``max_seeds`` or a single survivor (the search's own rule). The full
+    factorial trains every candidate on ``max_seeds`` seeds (the same draws) and takes the
+    top group of the same ``rule`` (:func:`searchmaps.topgroup.top_group`).
 
     Returns ``top_group`` (racing's final survivors), ``trainings``, ``seeds_used``,
     ``dropped_at`` ({candidate: seeds it had when dropped}), ``full_top_group``,
@@ -51,8 +51,10 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     full_trainings), ``true_best`` (``"c0"``-style name of the lowest true mean),
     ``true_best_kept`` and ``same_top_group`` (racing's set == the full one).
     """
+    import pandas as pd
+
     from searchmaps.racing import race_step
-    from searchmaps.stats import top_group
+    from searchmaps.topgroup import top_group
 
     rng = np.random.default_rng(rng)
     mu = np.asarray(true_means, dtype=float)
@@ -68,7 +70,7 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     while True:
         idx = [col[c] for c in survivors]
         step = race_step(long_rows(values[:n, idx], survivors), "val_ppl", alpha, method, correction,
-                         first_look, max_seeds)
+                         first_look, max_seeds, rule=rule)
         dropped_at.update({c: n for c in step["dropped"]})
         survivors = step["survivors"]
         if len(survivors) == 1 or n >= max_seeds:
@@ -76,7 +78,7 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
         n += 1
         trainings += len(survivors)
 
-    full = top_group(long_rows(values, names), "val_ppl", alpha, method, correction)
+    full = top_group(pd.DataFrame(values, columns=names), rule, alpha)
     true_best = names[int(np.argmin(mu))]
     return {"top_group": survivors, "trainings": int(trainings), "seeds_used": n, "dropped_at": dropped_at,
             "full_top_group": full, "full_trainings": k * max_seeds,

@@ -17,7 +17,7 @@ def tiny(pe="rope", reuse="1,1,1,1", **kw) -> ModelConfig:
     return ModelConfig(d_model=32, n_heads=4, seq_len=16, pe=pe, **kw).with_map(reuse)
 
 
-@pytest.mark.parametrize("residual", ["prenorm", "deeploop"])
+@pytest.mark.parametrize("residual", ["prenorm", "deeploop", "depth-mup"])
 @pytest.mark.parametrize("pe", PES)
 @pytest.mark.parametrize("reuse", MAPS)
 def test_forward_backward_every_variant(pe, reuse, residual):
@@ -113,3 +113,20 @@ def test_deeploop_residual_scale():
     model = LoopedLM(tiny("rope", "4,2,1,1", residual="deeploop"))
     assert model.layers[0].alpha == pytest.approx(math.sqrt(2 * 8))
 
+
+
+@pytest.mark.parametrize("reuse, depth", [("1,1,1,1", 4), ("4,2,1,1", 8), ("3,3,3,3", 12), ("block:2", 8),
+                                          ("block:3", 12)])
+def test_depth_mup_scales_every_branch_by_the_maps_unrolled_depth(reuse, depth):
+    """1/sqrt(N), N the applied layers of the map (block recurrence multiplies the stack)."""
+    model = LoopedLM(tiny("rope", reuse, residual="depth-mup"))
+    assert all(layer.branch == pytest.approx(depth ** -0.5) for layer in model.layers)
+    block = model.layers[0]
+    x = torch.randn(2, 8, model.cfg.d_model)
+    with torch.no_grad():
+        attn_out = x + block.attn(block.norm1(x))  # the unscaled branches, by hand
+        mlp_in = x + block.attn(block.norm1(x)) / math.sqrt(depth)
+        want = mlp_in + block.mlp(block.norm2(mlp_in)) / math.sqrt(depth)
+        assert torch.allclose(block(x), want, atol=1e-6) and not torch.allclose(block(x), attn_out)
+    prenorm = LoopedLM(tiny("rope", reuse))
+    assert all(layer.branch == 1.0 for layer in prenorm.layers)

@@ -64,7 +64,9 @@ def test_summary_matches_runs(realistic):
         "candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds", "mean",
         "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
         "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
-        "n_failed"]
+        "n_failed", "rule_gap", "rule_allowance"]
+    ranked = summary.dropna(subset=["mean"])  # the default rule (hsd): in the top group iff the gap is in the allowance
+    assert (ranked["in_top_group"] == (ranked["rule_gap"] <= ranked["rule_allowance"])).all()
     raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
     s = summary.set_index("candidate")
     for cand, x in raw.items():
@@ -105,8 +107,37 @@ def close_to(text: str, value: float) -> bool:
     return abs(float(text) - value) <= 0.5 * 10 ** -digits + 1e-12
 
 
-def test_report_sentences_match_the_numbers(realistic):
+def independent_hsd(results: dict, alpha: float = 0.05) -> tuple[set, float]:
+    """The default rule from its definition, with numpy and scipy: residual sd of the
+    additive candidate + seed model, the studentized range quantile, the top group."""
+    raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    names = sorted(raw)
+    x = np.column_stack([raw[c] for c in names])
+    n, k = x.shape
+    fit = x.mean(axis=0)[None, :] + x.mean(axis=1)[:, None] - x.mean()
+    sd = np.sqrt(((x - fit) ** 2).sum() / ((k - 1) * (n - 1)))
+    allowance = stats.studentized_range.ppf(1 - alpha, k, (k - 1) * (n - 1)) * sd / np.sqrt(n)
+    means = x.mean(axis=0)
+    return {c for c, m in zip(names, means) if m - means.min() <= allowance}, allowance
+
+
+def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
     folder, rep = realistic
+    top, allowance = independent_hsd(realistic_results())
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) perplexity "
+                  r"allowance of the hsd rule\); (.+?) (?:is|are) significantly worse", text)
+    assert m, text
+    best = re.search(r"`([^`]+)` is best", text).group(1)
+    assert set(re.findall(r"`([^`]+)`", m.group(1))) | {best} == top
+    assert close_to(m.group(2), allowance)
+    assert set(rep.summary.loc[rep.summary["in_top_group"], "candidate"]) == top
+
+
+def test_report_sentences_match_the_numbers(realistic, tmp_path):
+    folder = tmp_path / "holm"
+    shutil.copytree(realistic[0], folder)
+    rep = write_report(folder, rule="holm")  # the all-pairs rule: its p-values are the sentences' numbers
     truth = independent_analysis(realistic_results(), "1,1,1,1|rope")
     text = result_text(rep.path.read_text(encoding="utf-8"))
     best = truth["best"]
@@ -229,7 +260,7 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
 def test_an_exact_test_that_cannot_reject_is_said_loudly(realistic, tmp_path, test):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
-    out = cli(folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach")
+    out = cli(folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach", "--top-group", "holm")
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.report: warning: "), out.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from searchmaps.config import Candidate, ReuseMap
 from searchmaps.results import RunRecord, Status
-from searchmaps.scheduler import WAIT, Finished, PromotionRule, RacingRule, RungDone, Scheduler, Unit
+from searchmaps.scheduler import WAIT, Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 
 _ids = itertools.count()
 
@@ -339,3 +339,48 @@ def test_promotion_and_racing_are_separate_rules():
         Scheduler(seeds=3, candidates=[A], rungs=2, promotion=PromotionRule(), racing=RacingRule(2))
     with pytest.raises(ValueError):
         Scheduler(seeds=3, candidates=[A], rungs=1, promotion=PromotionRule())
+
+
+# ---------------------------------------------------------------------------- learning rate fitted per map
+
+
+def tuning_row(c, seed, lr, ppl, status="ok"):
+    r = row(c, seed, ppl, status)
+    return r.replace(role="tuning", config={"model.n_layers": 4, "train.lr": lr})
+
+
+def test_the_learning_rate_is_chosen_on_tuning_seeds_then_evaluated_on_fresh_ones():
+    s = Scheduler(seeds=2, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=2)
+    tuning = drain(s)
+    assert {(u.lr, u.seed, u.role) for u in tuning} == {(lr, t, "tuning") for lr in (1e-3, 3e-3)
+                                                         for t in (10_000, 10_001)}
+    assert all(u.seed >= 10_000 for u in tuning) and tuning[0].key == "1,1,1,1|rope#t10000@lr0.001"
+    assert s.next() is WAIT  # no evaluation before the rate is chosen
+    s.add_rows([tuning_row(A, 10_000, 1e-3, 12.0), tuning_row(A, 10_001, 1e-3, 13.0),
+                tuning_row(A, 10_000, 3e-3, 11.0), tuning_row(A, 10_001, 3e-3, 12.5)])
+    (tuned,) = [e for e in s.take_events() if isinstance(e, Tuned)]
+    assert tuned.lr == 3e-3 and tuned.losses[1e-3] == pytest.approx((math.log(12) + math.log(13)) / 2)
+    evals = drain(s)
+    assert [(u.seed, u.lr, u.role) for u in evals] == [(0, 3e-3, "eval"), (1, 3e-3, "eval")]
+    s.add_rows([row(A, 0), row(A, 1)])
+    (done,) = finished(s)
+    assert [r.seed for r in done.rows] == [0, 1]  # the tuning rows never reach the statistics
+
+
+def test_a_rate_that_fails_on_any_tuning_seed_is_not_chosen_and_all_failing_fails_the_map():
+    s = Scheduler(seeds=1, candidates=[A, B], lr_grid=[1e-3, 1e-2], tuning_seeds=1)
+    drain(s)
+    s.add_rows([tuning_row(A, 10_000, 1e-3, 15.0), tuning_row(A, 10_000, 1e-2, 9.0, "failed"),
+                tuning_row(B, 10_000, 1e-3, 10.0, "failed"), tuning_row(B, 10_000, 1e-2, 9.0, "failed")])
+    chosen = {e.candidate: e.lr for e in s.take_events() if isinstance(e, Tuned)}
+    assert chosen == {A: 1e-3, B: None}
+    assert [(u.candidate, u.lr) for u in drain(s)] == [(A, 1e-3)]  # B is not evaluated
+    assert s.chosen_lr(A) == 1e-3
+
+
+def test_a_resumed_study_does_not_tune_again():
+    rows = [tuning_row(A, 10_000, 1e-3, 12.0), tuning_row(A, 10_000, 3e-3, 11.0)]
+    s = Scheduler(seeds=1, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=1)
+    s.add_rows(rows)
+    (u,) = drain(s)
+    assert (u.role, u.lr) == ("eval", 3e-3) and s.remaining() == 1

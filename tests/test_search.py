@@ -524,3 +524,34 @@ def test_a_ladder_killed_mid_way_resumes_without_repeating_a_row(space_file, tmp
     assert final.returncode == 0, final.stderr[-2000:]
     rows = read_runs(results / "lk" / "runs.csv")
     assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))
+
+
+# ---------------------------------------------------------------------------- learning rate fitted per map
+
+
+def test_a_learning_rate_grid_is_fitted_on_tuning_seeds_and_kept_out_of_the_statistics(ray_cluster, space_file,
+                                                                                      tmp_path):
+    import pandas as pd
+
+    results = tmp_path / "results"
+    argv = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--seeds", "2", "--study", "lr", "--ray-address", ray_cluster,
+            "--lr-grid", "1e-3,3e-2", "--tuning-seeds", "1"]
+    assert main(argv) == 0
+    rows = read_runs(results / "lr" / "runs.csv")
+    tuning = [r for r in rows if r.role == "tuning"]
+    evals = [r for r in rows if r.role == "eval"]
+    assert sorted((r.map, r.seed, r.config["train.lr"]) for r in tuning) == sorted(
+        (m, 10_000, lr) for m in MAPS for lr in (1e-3, 3e-2))
+    assert sorted((r.map, r.seed) for r in evals) == sorted((m, s) for m in MAPS for s in range(2))
+    for m in MAPS:  # each map evaluated at the rate with the lower tuning loss
+        best = min((r for r in tuning if r.map == m), key=lambda r: r.val_loss).config["train.lr"]
+        assert {r.config["train.lr"] for r in evals if r.map == m} == {best}
+    summary = pd.read_csv(results / "lr" / "summary.csv")
+    assert (summary["n_seeds"] == 2).all()  # tuning seeds never reach the statistics
+    assert set(summary["lr"]) <= {1e-3, 3e-2}
+    page = (results / "lr" / "report.html").read_text()
+    assert "Learning rates fitted per map" in page and "tuning seed" in page
+    for t in trials(results, "lr"):
+        assert t.state == TrialState.COMPLETE and t.user_attrs["lr"] in (1e-3, 3e-2)
+        assert set(t.user_attrs["lr_tuning_val_loss"]) == {"0.001", "0.03"}

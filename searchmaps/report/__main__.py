@@ -21,6 +21,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--correction", default="holm", metavar="{" + ",".join(FAMILY_WISE) + "}",
                    help="over all candidate pairs, and over the planned comparisons (default holm). fdr_bh is "
                         "refused: the top group needs family-wise control")
+    p.add_argument("--top-group", default=None, choices=("hsd", "mcb", "holm", "friedman"),
+                   help="the rule that picks the top group (default: the study's, else hsd: Tukey's HSD against the "
+                        "best with the seed noise pooled over every map; mcb: Hsu's MCB; holm: all-pairs t-tests; "
+                        "friedman: ranks with Nemenyi's critical difference)")
+    p.add_argument("--target-effect", default=None, metavar="E",
+                   help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
+                        "(E in perplexity, or 2%% of the best mean)")
     p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-specified comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "
@@ -36,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
-                              reference=args.reference, planned=args.planned, target=args.target_tokens)
+                              reference=args.reference, planned=args.planned, target=args.target_tokens,
+                              rule=args.top_group, target_effect=args.target_effect)
     except ReportError as exc:
         return fail(p.prog, exc)
     for warning in report.warnings:
@@ -48,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         if why:
             print(f"{p.prog}: warning: the Pareto figure is not in the dashboard ({why}); the report is written "
                   f"anyway", file=sys.stderr)
+    if report.planning is not None:
+        print(report.planning["sentence"])
     print(report.path)
     return 0
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from .. import stats
+from .. import stats, topgroup
 from ..results import atomic_write_text, records_frame
-from . import horizons
+from . import horizons, tuning
 from .figures import curves_figure, pareto_figure, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
@@ -51,6 +51,7 @@ class Report:
     pareto_figure: object  # plotly Figure, for optuna-dashboard
     info: dict  # study.json ({} without one)
     warnings: tuple[str, ...]  # one line each, also at the top of the page
+    planning: dict | None = None  # --target-effect: the seeds the top-group rule needs
 
 
 def _check_settings(alpha: float, method: str, correction: str) -> None:
@@ -67,7 +68,8 @@ def _check_settings(alpha: float, method: str, correction: str) -> None:
 
 
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
-                 reference: str | None = None, planned=None, target: float | None = None) -> Report:
+                 reference: str | None = None, planned=None, target: float | None = None, rule: str | None = None,
+                 target_effect: str | None = None) -> Report:
     """Write ``summary.csv``, ``report.html`` and (with planned comparisons, given here
     as ``--planned`` specs or registered in study.json) ``planned.csv`` into
     ``study_dir``; the report describes the study's last horizon (see
@@ -81,6 +83,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
     info = load_info(study_dir)
+    rule = rule or info.get("top_group_rule") or "hsd"
+    if rule not in topgroup.RULES:
+        raise ReportError(f"--top-group must be one of {', '.join(topgroup.RULES)}, got {rule!r}")
     runs = last_horizon(records_frame(records))
     ok = successful(runs)
     if ok.empty:
@@ -90,11 +95,17 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                           f"fix the cause and run the search again")
     cands = candidates(records)
     ref = resolve_reference(reference, ok, cands)
-    res = stats.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction)
+    res = topgroup.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction,
+                           rule=rule)
     second_name = "signflip" if method == "ttest" else "ttest"
     several = ok["candidate"].nunique() > 1
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
     summary = build_summary(runs, ok, res, second, second_name)
+    detail = res["rule_detail"]
+    if detail is not None and "gap" in detail:
+        summary["rule_gap"] = summary["candidate"].map(detail["gap"])
+        summary["rule_allowance"] = detail["bound"]
+    planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
 
     pairs = resolve_planned(planned if planned is not None else info.get("planned"), ok, cands)
@@ -106,11 +117,13 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     if planned_df is not None:
         families.append((f"over the {len(planned_df)} planned comparisons",
                          stats.resolution(method, int(planned_df["n_pairs"].max()), alpha, len(planned_df))))
-    warning = cannot_reject_sentence(method, correction, families)
+    warning = cannot_reject_sentence(method, correction, families, rule)
     warnings = (warning,) if warning else ()
 
     name = info.get("study") or study_dir.name
-    result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"])
+    bound = detail["bound"] if detail and "bound" in detail else detail["cd"] if detail else float("nan")
+    result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
+                              {"rule": rule, "bound": bound})
     if planned_df is not None and res["family_size"]:
         result += family_sentences(planned_df, res["family_size"])
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
@@ -157,13 +170,52 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                      "on resampled seeds (scaling.csv).")]
         result += horizons.sentences(ladder)
         sections.append(("Ranks by horizon", horizons.table(ladder)))
+    tuned = tuning.tuning_table(records_frame(records))
+    if tuned is not None:
+        result += tuning.sentences(tuned, records_frame(records))
+        sections.append(("Learning rates fitted per map", tuning.section(tuned)))
+        summary["lr"] = summary["candidate"].map(tuned[tuned["chosen"]].set_index("candidate")["lr"])
+        atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
+        atomic_write_text(study_dir / "tuning.csv", tuned.to_csv(index=False))
+    if planning is not None:
+        result.append(planning["sentence"])
     page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),
                        planned_html, protocol_sentences(info, runs, ok, res, second_name, correction),
                        failures_table(runs), list(warnings), sections)
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return Report(path=out, summary=summary, planned=planned_df, pareto_figure=pareto, info=info,
-                  warnings=warnings)
+                  warnings=warnings, planning=planning)
+
+
+def parse_effect(text: str, best_mean: float) -> float:
+    """``--target-effect``: ``2%`` of the best mean, or a number of perplexity points."""
+    t = str(text).strip()
+    try:
+        value = float(t[:-1]) * best_mean / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        raise ReportError(f"--target-effect takes a perplexity difference like 0.5 or a share of the best mean "
+                          f"like 2%, got {text!r}") from None
+    if not value > 0:
+        raise ReportError(f"--target-effect must be positive, got {text!r}")
+    return value
+
+
+def _planning(ok: pd.DataFrame, rule: str, alpha: float, target_effect: str) -> dict:
+    """How many seeds ``rule`` needs to rule out a map ``target_effect`` worse than the
+    best with 80 % power, at the study's own residual noise."""
+    mat = stats.to_matrix(ok, METRIC)
+    effect = parse_effect(target_effect, float(mat.mean().min()))
+    n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=60 if rule == "friedman" else 200)
+    now = topgroup.detectable_effect(mat, rule, alpha)
+    if n is None:
+        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+                f"the {rule} rule would need more than {60 if rule == 'friedman' else 200} seeds at this noise.")
+    else:
+        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+                f"the {rule} rule needs {n} seeds at this study's noise (residual sd {now['sd']:.3g}); it has "
+                f"{now['n_seeds']}, which resolve {now['mde']:.3g}.")
+    return {"effect": effect, "seeds": n, "rule": rule, "sentence": text, "now": now}
 
 
 def _planned(ok: pd.DataFrame, pairs: list[tuple[str, str]], res: dict, second_name: str) -> pd.DataFrame:
