@@ -173,9 +173,9 @@ class LoopedLM(nn.Module):
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
-    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None):
-        """idx, targets: (B, T) int64 token ids with T <= seq_len. Returns
-        (logits (B, T, vocab), mean cross-entropy in nats or None)."""
+    def embed(self, idx: torch.Tensor):
+        """The input side: token (and learned position) embedding e (B, T, d), and the
+        positional tables every layer call takes (rope, bias)."""
         B, T = idx.shape
         cfg = self.cfg
         if T > cfg.seq_len:
@@ -185,16 +185,31 @@ class LoopedLM(nn.Module):
             e = e + self.pos_emb.weight[:T]
         rope = (self.rope_cos[:T], self.rope_sin[:T]) if cfg.pe == "rope" else None
         bias = self.alibi[:, :, :T, :T] if cfg.pe == "alibi" else None
+        return e, rope, bias
 
-        x = e
-        for k in range(cfg.reuse.block):
-            if k > 0:
-                x = x + e  # block recurrence re-injects the input embedding
-            for layer, r in zip(self.layers, cfg.reuse.repeats):
-                for _ in range(r):
-                    x = layer(x, rope, bias)
+    def head(self, x: torch.Tensor, targets: torch.Tensor | None = None):
+        """The output side: (logits (B, T, vocab), mean cross-entropy in nats or None)."""
         logits = self.lm_head(self.norm_f(x))
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1))
         return logits, loss
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, reuse=None):
+        """idx, targets: (B, T) int64 token ids with T <= seq_len. Returns
+        (logits (B, T, vocab), mean cross-entropy in nats or None). ``reuse`` runs another
+        map with the same weights (a weight-sharing supernet; pre-norm only, since the other
+        parametrisations' constants depend on the map the model was built for)."""
+        cfg = self.cfg
+        if reuse is not None and reuse != cfg.reuse and cfg.residual != "prenorm":
+            raise ValueError(f"--residual {cfg.residual} scales by the map's depth: it cannot run another map")
+        reuse = cfg.reuse if reuse is None else reuse
+        e, rope, bias = self.embed(idx)
+        x = e
+        for k in range(reuse.block):
+            if k > 0:
+                x = x + e  # block recurrence re-injects the input embedding
+            for layer, r in zip(self.layers, reuse.repeats):
+                for _ in range(r):
+                    x = layer(x, rope, bias)
+        return self.head(x, targets)

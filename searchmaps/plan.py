@@ -60,6 +60,7 @@ class SearchPlan:
     top_group_rule: str = "hsd"  # searchmaps.topgroup.RULES: racing, promotion and the report use it
     lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
     tuning_seeds: int = 2
+    maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -91,6 +92,12 @@ class SearchPlan:
                               f"{self.space.name} ({cheap_map}: {cheap_flops:.4g} FLOPs/token); raise it")
         if self.sampler not in SAMPLERS:
             raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.maps:
+            bad = [str(m) for m in self.maps if not self.feasible(Candidate(m, pes[0]))]
+            if bad:
+                raise ConfigError(f"--maps: {', '.join(bad)} not in the space {self.space.name} within the budget")
+            set_("maps", tuple(dict.fromkeys(self.maps)))
+            set_("sampler", "grid")
         if self.sampler == "auto":
             set_("sampler", "grid" if self.n_feasible * len(pes) <= GRID_AUTO_LIMIT else "random")
         if not 0 < self.alpha < 1:
@@ -144,7 +151,7 @@ class SearchPlan:
         """The fixed list a grid or random search walks through, in order; None for the
         optimisers (tpe, nsga2), whose candidates come from the sampler one by one."""
         if self.sampler == "grid":
-            maps = feasible_maps(self.space, self.budget_flops)
+            maps = list(self.maps) or feasible_maps(self.space, self.budget_flops)
             cands = [Candidate(m, pe) for pe in self.pes for m in maps]
             return tuple(cands[: self.trials] if self.trials else cands)
         if self.sampler == "random":
@@ -260,6 +267,7 @@ class SearchPlan:
             "ladder": list(self.ladder),
             "promote": self.promote,
             "top_group_rule": self.top_group_rule,
+            "maps": [str(m) for m in self.maps],
             "lr_grid": list(self.lr_grid),
             "tuning_seeds": self.tuning_seeds if self.lr_grid else 0,
         }
@@ -284,6 +292,9 @@ class SearchPlan:
                 "planned": list(self.planned) or list(registered)}
         if self.target:
             info["target"] = self.target
+        prescreen = self.study_dir / "prescreen.json"
+        if prescreen.is_file():
+            info["prescreen"] = read_study_json(prescreen)
         if self.space.published:
             info["published"] = {"source": self.space.published_source, "tokens": self.space.published_tokens,
                                  "values": {f"{m}|{pe}": v for pe, m, v in self.space.published if pe in self.pes}}

@@ -21,7 +21,7 @@ from pathlib import Path
 from . import faults
 from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, count, counts, fail, ladder_from_args,
                   model_overrides, number, numbers, resolve_compile, resolve_precision, train_overrides)
-from .config import POSITIONAL_ENCODINGS, ConfigError
+from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
 from .plan import SAMPLERS, SearchPlan
 from .spaces import builtin_spaces, feasible_maps, load_space
@@ -98,6 +98,17 @@ def build_parser() -> Parser:
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
                         "(checked before anything trains, stored in study.json; corrected over these only)")
+    p.add_argument("--maps", nargs="+", default=None, metavar="MAP",
+                   help="train exactly these maps of the space (e.g. 4,2,1,1 2,2,2,2 block:2) instead of sampling")
+    w = p.add_argument_group("weight-sharing supernet (searchmaps.supernet)")
+    w.add_argument("--prescreen", choices=("supernet",), default=None,
+                   help="train a supernet over every feasible map first and keep only the --keep it scores best "
+                        "(plus the baseline) for the seeded stand-alone study")
+    w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
+    w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
+    w.add_argument("--sampling", choices=("uniform", "sandwich"), default="uniform",
+                   help="the map each supernet step runs: uniform over the feasible maps, or sandwich (the cheapest, "
+                        "the most expensive and a random one in turn)")
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
@@ -126,7 +137,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
-                  lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds)
+                  lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
+                  maps=tuple(ReuseMap.parse(m, space.model.n_layers) for m in (args.maps or ())))
     plan = SearchPlan(**common)  # checks every setting before the data is read
     if args.dry_run:
         return dataclasses.replace(plan, study=args.study or default_study_name(plan))
@@ -136,6 +148,45 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
     return dataclasses.replace(plan, study=args.study or default_study_name(plan), data=corpus.name,
                                vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)
+
+
+def supernet_specs(plan: SearchPlan, seeds: int) -> list:
+    """One training spec per supernet seed: the plan's protocol, validated on its cheapest map."""
+    cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
+    return [plan.spec(Candidate(cheap, plan.pes[0]), seed) for seed in range(seeds)]
+
+
+def check_supernet_args(args: argparse.Namespace) -> None:
+    if args.supernet_seeds < 1:
+        raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
+    if args.keep < 1:
+        raise ConfigError(f"--keep must be at least 1, got {args.keep}")
+
+
+def prescreen(plan: SearchPlan, args: argparse.Namespace) -> SearchPlan:
+    """Train (or read back) the supernet over every feasible map and narrow the plan to the
+    --keep maps it scores best, plus the baseline when it is feasible."""
+    import json
+
+    from .supernet import ensure_scores
+
+    check_supernet_args(args)
+    if plan.maps or len(plan.pes) > 1:
+        raise ConfigError("--prescreen chooses the maps itself for one PE: drop --maps, give one --pe")
+    scores = ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, args.supernet_seeds),
+                           args.sampling, workers=plan.workers, progress=not args.quiet,
+                           log=lambda text: print(text, file=sys.stderr))
+    ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
+    keep = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[: args.keep]]
+    base = plan.baseline()
+    with_base = base is not None and base.reuse not in keep
+    if with_base:
+        keep.append(base.reuse)
+    info = {"kind": "supernet", "keep": args.keep, "seeds": args.supernet_seeds, "sampling": args.sampling,
+            "baseline": with_base, "maps_scored": int(ranked.size)}
+    (plan.study_dir / "prescreen.json").write_text(json.dumps(info, indent=2) + "\n")
+    print(f"prescreen: the supernet scored {ranked.size} maps; keeping {', '.join(map(str, keep))}", file=sys.stderr)
+    return dataclasses.replace(plan, maps=tuple(keep), sampler="grid")
 
 
 def default_study_name(plan: SearchPlan) -> str:
@@ -194,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
             print_candidates(plan)
             return 0
         check_results_dir(plan.study_dir)
+        if args.prescreen:
+            plan = prescreen(plan, args)
         if args.ray_address and args.ray_address != "auto":
             from .executor import check_reachable
 

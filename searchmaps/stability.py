@@ -268,3 +268,55 @@ def crossings(table: pd.DataFrame, boots: dict[str, np.ndarray]) -> pd.DataFrame
                      "target": hi, "flip_share": share})
     return pd.DataFrame(rows, columns=["better_now", "worse_now", "horizon_last", "crossing_at", "target",
                                        "flip_share"])
+
+
+# --------------------------------------------------------------------------- a proxy against the truth
+
+
+def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val_loss", rule: str = "hsd",
+                    alpha: float = 0.05, n_boot: int = N_BOOT, random_state=0) -> dict:
+    """How far a cheap proxy's ranking (a supernet's scores: ``proxy`` rows of candidate,
+    seed, metric, one seed per supernet) can be trusted against stand-alone training
+    (``truth`` rows, paired seeds), over the candidates both have:
+
+    - ``kendall_tau``, ``spearman_rho`` between the two sets of means, each with a 95 %
+      bootstrap interval (proxy seeds and truth seeds resampled, each the same draw for
+      every candidate);
+    - ``top_group`` (the truth's, by ``rule``), ``proxy_top`` (as many candidates, by the
+      proxy's means) and ``top_agreement`` (the share of the truth's top group the proxy's
+      top holds);
+    - ``pick`` (the proxy's best) and its ``regret``: the truth's mean for the pick minus the
+      truth's best mean (metric units; 0 when the proxy picks the truth's best), with
+      ``regret_ppl`` in perplexity when the metric is a loss in nats."""
+    from .stats import to_matrix
+    from .topgroup import top_group
+
+    p = proxy.pivot_table(index="seed", columns="candidate", values=metric, aggfunc="last")
+    t = to_matrix(truth, metric).dropna(axis=0, how="any")
+    names = sorted(set(p.columns) & set(t.columns))
+    if len(names) < 2:
+        raise ValueError(f"the proxy and the stand-alone rows share {len(names)} candidate(s); need two or more")
+    p, t = p[names].dropna(axis=0, how="any"), t[names]
+    pm, tm = p.mean().to_numpy(), t.mean().to_numpy()
+    tau, rho = _tau_rho(pm, tm)
+    rng = np.random.default_rng(random_state)
+    draws = []
+    for _ in range(n_boot):
+        pi = rng.integers(0, len(p), size=len(p))
+        ti = rng.integers(0, len(t), size=len(t))
+        draws.append(_tau_rho(p.to_numpy()[pi].mean(axis=0), t.to_numpy()[ti].mean(axis=0)))
+    draws = np.array(draws)
+    group = top_group(t, rule, alpha) if len(t) >= 2 else [names[int(np.argmin(tm))]]
+    proxy_top = [names[i] for i in np.argsort(pm, kind="stable")[: len(group)]]
+    pick = names[int(np.argmin(pm))]
+    best = names[int(np.argmin(tm))]
+    regret = float(tm[names.index(pick)] - tm.min())
+    out = {"n_candidates": len(names), "proxy_seeds": len(p), "truth_seeds": len(t), "kendall_tau": tau,
+           "spearman_rho": rho, "top_group": ";".join(group), "proxy_top": ";".join(proxy_top),
+           "top_agreement": len(set(group) & set(proxy_top)) / len(group), "pick": pick, "truth_best": best,
+           "regret": regret}
+    (out["kendall_tau_low"], out["kendall_tau_high"]), (out["spearman_rho_low"], out["spearman_rho_high"]) = \
+        _interval(draws[:, 0]), _interval(draws[:, 1])
+    if metric == "val_loss":
+        out["regret_ppl"] = float(math.exp(tm[names.index(pick)]) - math.exp(tm.min()))
+    return out

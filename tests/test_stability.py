@@ -105,3 +105,19 @@ def test_agreement_with_a_published_ranking():
     published = {"a": 15.0, "b": 14.0, "c": 13.0, "z": 1.0}  # z: not in this study
     ag = agreement_with(df, published).set_index("rung")
     assert ag.loc[0, "kendall_tau"] == -1 and ag.loc[2, "kendall_tau"] == 1 and ag.loc[2, "n_candidates"] == 3
+
+
+def test_a_proxy_checked_against_stand_alone_training_by_hand():
+    from searchmaps.stability import proxy_agreement
+
+    truth = pd.DataFrame([{"candidate": c, "seed": s, "val_loss": m + 0.01 * s}
+                          for c, m in {"a": 2.0, "b": 2.1, "c": 2.5, "d": 2.6}.items() for s in range(4)])
+    # the proxy swaps a and b and ranks c and d right: tau = (5 concordant - 1 discordant) / 6
+    proxy = pd.DataFrame([{"candidate": c, "seed": s, "val_loss": m}
+                          for c, m in {"a": 3.1, "b": 3.0, "c": 3.5, "d": 3.6}.items() for s in range(3)])
+    got = proxy_agreement(proxy, truth, n_boot=200)
+    assert got["kendall_tau"] == pytest.approx(4 / 6) and got["n_candidates"] == 4
+    assert got["pick"] == "b" and got["truth_best"] == "a"
+    assert got["regret"] == pytest.approx(0.1) and got["regret_ppl"] == pytest.approx(math.exp(2.115) - math.exp(2.015))
+    assert got["top_group"] == "a" and got["proxy_top"] == "b" and got["top_agreement"] == 0.0
+    assert got["kendall_tau_low"] <= got["kendall_tau"] <= got["kendall_tau_high"]

@@ -13,7 +13,7 @@ import pandas as pd
 
 from .. import stats, topgroup
 from ..results import atomic_write_text, records_frame
-from . import horizons, tuning
+from . import horizons, supernet, tuning
 from .figures import curves_figure, pareto_figure, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
@@ -177,6 +177,21 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         summary["lr"] = summary["candidate"].map(tuned[tuned["chosen"]].set_index("candidate")["lr"])
         atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
         atomic_write_text(study_dir / "tuning.csv", tuned.to_csv(index=False))
+    scores = supernet.load(study_dir)
+    if scores is not None:
+        m = supernet.means(scores)
+        agreement = supernet.validate(scores, ok, rule, alpha)
+        figures.append(("Supernet over the whole space", supernet.pareto_figure(m, supernet.budget_of(info)),
+                        "Every feasible map scored with the supernet's shared weights (mean over its seeds; "
+                        "supernet.csv); the blue step line is the front of perplexity against FLOPs."))
+        if agreement is not None:
+            supernet.write_validation(agreement, study_dir, str(scores["sampling"].iloc[0]))
+            figures.append(("Supernet vs stand-alone training", supernet.scatter_figure(m, ok),
+                            "Each map the study also trained stand-alone: its supernet score against its "
+                            "stand-alone validation loss (supernet_validation.csv has τ, ρ, top-group agreement "
+                            "and regret)."))
+            result.append(supernet.trust_sentence(agreement))
+        sections.append(("Supernet", supernet.section(m, agreement, info)))
     if planning is not None:
         result.append(planning["sentence"])
     page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),

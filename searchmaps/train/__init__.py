@@ -43,7 +43,7 @@ EvalCallback = Callable[[dict], bool | None]
 DIVERGENCE_MARGIN = 1.0  # nats above ln(vocab size)
 DIVERGENCE_WINDOW = 10  # training steps averaged for the divergence check
 
-__all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "resolve_device", "plan_steps", "lr_at",
+__all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN"]
 
 
@@ -58,7 +58,8 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _autocast(device: str, precision: str):
+def autocast(device: str, precision: str):
+    """bf16 autocast for ``precision`` bf16, else nothing."""
     if precision == "bf16":
         return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
     return contextlib.nullcontext()
@@ -71,7 +72,7 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
     total, count = 0.0, 0
     for x, y in batches:
         x, y = x.to(device), y.to(device)
-        with _autocast(device, precision):
+        with autocast(device, precision):
             _, loss = model(x, y)
         total += loss.item() * y.numel()
         count += y.numel()
@@ -185,6 +186,8 @@ def train_ladder(
     on_rung: Callable[[RunRecord], None] | None = None,
     on_eval: EvalCallback | None = None,
     progress: bool = False,
+    map_for_step: Callable[[int], object] | None = None,
+    on_model: Callable[[LoopedLM], None] | None = None,
 ) -> list[RunRecord]:
     """Train once and return a record per rung of the horizon ladder (ascending
     ``horizons``, ``--schedule wsd``; default: ``spec``'s own horizon, one rung).
@@ -200,7 +203,10 @@ def train_ladder(
     saved at rung ``first - 1``'s cooldown start (``resume``, a file :func:`train_ladder`
     wrote with ``save``) to rung ``last``, saving the state at rung ``last``'s cooldown
     start to ``save`` (statistical successive halving continues promoted runs from it).
-    ``on_rung`` gets each rung's record as soon as it exists.
+    ``on_rung`` gets each rung's record as soon as it exists. ``map_for_step(step)`` (a
+    weight-sharing supernet, :mod:`searchmaps.supernet`) picks the map each training step
+    runs (None: the spec's); validation always runs the spec's map. ``on_model`` gets the
+    trained model at the end.
     """
     corpus = corpus if corpus is not None else load_corpus(spec.data)
     cfg = spec.model
@@ -276,8 +282,8 @@ def train_ladder(
                     x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                     for group in opt.param_groups:
                         group["lr"] = lr_at(step - 1, rsteps, rspec)
-                    with _autocast(device, precision):
-                        _, loss = model(x, y)
+                    with autocast(device, precision):
+                        _, loss = model(x, y, map_for_step(step) if map_for_step is not None else None)
                     loss_value = loss.item()
                     if not math.isfinite(loss_value):
                         raise _Failed(Status.FAILED, f"non-finite training loss ({loss_value}) at step {step}")
@@ -339,6 +345,8 @@ def train_ladder(
                 opt.load_state_dict(kept[1])
                 batches.restore(kept[2])
         bar.close()
+        if on_model is not None:
+            on_model(model)
     except (torch.OutOfMemoryError, MemoryError) as exc:
         reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
         for j in sorted(wanted - set(out)):

@@ -1,0 +1,147 @@
+"""The report's supernet section: every feasible map's score with the shared weights
+(``supernet.csv``), its Pareto front over the whole space, and — where the study also has
+stand-alone rows for some of those maps — how far the supernet's ranking can be trusted
+(``supernet_validation.csv``, a scatter of the two, one sentence)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .. import stability
+from ..results import ResultsError, atomic_write_text
+
+
+def load(study_dir) -> pd.DataFrame | None:
+    """``supernet.csv`` of a study folder (None without one); one row per (map, seed)."""
+    path = Path(study_dir) / "supernet.csv"
+    if not path.is_file():
+        return None
+    try:
+        df = pd.read_csv(path, dtype={"map": str, "pe": str})
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+        raise ResultsError(f"{path}: not a supernet.csv ({str(exc).splitlines()[0][:80]})") from None
+    missing = {"map", "pe", "seed", "val_loss", "flops_per_token"} - set(df.columns)
+    if missing:
+        raise ResultsError(f"{path}: no {', '.join(sorted(missing))} column; not written by searchmaps.supernet")
+    df["candidate"] = df["map"] + "|" + df["pe"]
+    return df
+
+
+def means(scores: pd.DataFrame) -> pd.DataFrame:
+    """Per map: mean supernet loss over the supernet seeds (and its 95 % t-interval),
+    perplexity, FLOPs and KV bytes per token, Pareto membership."""
+    from scipy import stats as st
+
+    g = scores.groupby("candidate")
+    out = g.agg(map=("map", "first"), pe=("pe", "first"), seeds=("seed", "nunique"), loss=("val_loss", "mean"),
+                sd=("val_loss", "std"), flops_per_token=("flops_per_token", "first"),
+                kv_bytes_per_token=("kv_bytes_per_token", "first")).reset_index()
+    half = st.t.ppf(0.975, (out["seeds"] - 1).clip(lower=1)) * out["sd"].fillna(0) / np.sqrt(out["seeds"])
+    out["loss_low"], out["loss_high"] = out["loss"] - half, out["loss"] + half
+    out["ppl"] = np.exp(out["loss"])
+    from .summary import pareto_optimal
+
+    out["pareto_optimal"] = pareto_optimal(out["flops_per_token"], out["ppl"])
+    return out.sort_values("loss", kind="stable").reset_index(drop=True)
+
+
+def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = "hsd", alpha: float = 0.05) -> dict | None:
+    """:func:`searchmaps.stability.proxy_agreement` of the supernet scores against the
+    study's successful stand-alone rows (last horizon); None with fewer than two shared maps."""
+    shared = set(scores["candidate"]) & set(runs["candidate"])
+    if len(shared) < 2:
+        return None
+    return stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+
+
+def write_validation(agreement: dict, study_dir, sampling: str) -> None:
+    row = {"sampling": sampling, **agreement}
+    atomic_write_text(Path(study_dir) / "supernet_validation.csv", pd.DataFrame([row]).to_csv(index=False))
+
+
+def trust_sentence(a: dict) -> str:
+    """How far the supernet can be trusted in this study, in one sentence."""
+    tau, lo, hi = a["kendall_tau"], a["kendall_tau_low"], a["kendall_tau_high"]
+    level = ("its ranking can stand in for stand-alone training here" if lo > 0.6 else
+             "it can prescreen (drop the clearly bad maps) but not rank the good ones" if lo > 0 else
+             "its ranking cannot be trusted here: choose maps by stand-alone training")
+    regret = f"{a['regret_ppl']:.3g} perplexity" if "regret_ppl" in a else f"{a['regret']:.3g}"
+    pick = "the stand-alone best itself" if a["pick"] == a["truth_best"] else f"`{a['pick']}`"
+    return (f"Against stand-alone training of the same {a['n_candidates']} maps, the supernet's ranking has Kendall's "
+            f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f}); its pick is {pick} "
+            f"(regret {regret}), and its top {len(a['top_group'].split(';'))} hold "
+            f"{a['top_agreement']:.0%} of the stand-alone top group: {level}.")
+
+
+def pareto_figure(m: pd.DataFrame, budget: float | None = None, title: str = "Supernet: every feasible map"):
+    """All maps' supernet perplexity against forward FLOPs per token, the front labelled."""
+    import plotly.graph_objects as go
+
+    fig = go.Figure()
+    rest = m[~m["pareto_optimal"]]
+    fig.add_trace(go.Scatter(x=rest["flops_per_token"], y=rest["ppl"], mode="markers", name="maps",
+                             marker=dict(size=5, color="#9a9a9a", opacity=0.6), text=rest["candidate"],
+                             hovertemplate="%{text}<br>%{x:,} FLOPs/token<br>ppl %{y:.3f}<extra></extra>"))
+    front = m[m["pareto_optimal"]].sort_values("flops_per_token")
+    fig.add_trace(go.Scatter(x=front["flops_per_token"], y=front["ppl"], mode="lines+markers+text",
+                             name="Pareto front", text=front["map"], textposition="top right",
+                             line=dict(shape="hv", dash="dot", color="#1f77b4"), marker=dict(size=9, color="#1f77b4"),
+                             hovertemplate="%{text}<br>%{x:,} FLOPs/token<br>ppl %{y:.3f}<extra></extra>"))
+    if budget:
+        fig.add_vline(x=budget, line=dict(dash="dash", color="#555", width=1))
+    fig.update_layout(template="plotly_white", font=dict(size=14), height=520, margin=dict(l=70, r=30, t=60, b=60),
+                      title=f"{title} ({len(m)} maps, mean over {int(m['seeds'].max())} supernet seeds)")
+    fig.update_xaxes(title="forward FLOPs per token", tickformat=",")
+    fig.update_yaxes(title="validation perplexity with the shared weights")
+    return fig
+
+
+def scatter_figure(m: pd.DataFrame, runs: pd.DataFrame):
+    """Supernet score (x) against stand-alone validation loss (y), 95 % intervals on both."""
+    import plotly.graph_objects as go
+    from scipy import stats as st
+
+    g = runs.groupby("candidate")["val_loss"].agg(["mean", "std", "count"])
+    g["half"] = st.t.ppf(0.975, (g["count"] - 1).clip(lower=1)) * g["std"].fillna(0) / np.sqrt(g["count"])
+    both = m.set_index("candidate").join(g, how="inner")
+    fig = go.Figure(go.Scatter(
+        x=both["loss"], y=both["mean"], mode="markers+text", text=both["map"], textposition="top center",
+        marker=dict(size=9, color="#d62728"),
+        error_x=dict(type="data", symmetric=False, array=both["loss_high"] - both["loss"],
+                     arrayminus=both["loss"] - both["loss_low"], thickness=1),
+        error_y=dict(type="data", array=both["half"], thickness=1),
+        hovertemplate="%{text}<br>supernet %{x:.4f}<br>stand-alone %{y:.4f}<extra></extra>"))
+    fig.update_layout(template="plotly_white", font=dict(size=14), height=520, margin=dict(l=70, r=30, t=60, b=60),
+                      title="Supernet score vs stand-alone training (validation loss, 95 % intervals)")
+    fig.update_xaxes(title="supernet validation loss (nats/token)")
+    fig.update_yaxes(title="stand-alone validation loss (nats/token)")
+    return fig
+
+
+def section(m: pd.DataFrame, agreement: dict | None, info: dict) -> str:
+    """What the supernet was and the maps it ranks best, as HTML."""
+    import html
+
+    n_maps = len(m)
+    top = m.head(10)
+    prescreen = info.get("prescreen") or {}
+    head = ""
+    if prescreen:
+        head = (f"<p>Prescreen: a supernet trained over all {n_maps} feasible maps ({prescreen.get('sampling')} "
+                f"sampling, {prescreen.get('seeds')} seed(s)) kept the {prescreen.get('keep')} it scored best"
+                f"{' plus the baseline' if prescreen.get('baseline') else ''}; the rest of this report is about those.</p>")
+    rows = "".join(f"<tr><td>{i + 1}</td><td><code>{html.escape(r.map)}</code></td><td>{r.ppl:.3f}</td>"
+                   f"<td>{r.flops_per_token:,.0f}</td><td>{'✓' if r.pareto_optimal else ''}</td></tr>"
+                   for i, r in enumerate(top.itertuples()))
+    return (head + "<table><thead><tr><th>#</th><th>map</th><th>supernet ppl</th><th>FLOPs/token</th><th>Pareto</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table><p class=caption>The ten maps the supernet scores best of "
+            f"{n_maps}; every map is in supernet.csv.</p>")
+
+
+def budget_of(info: dict) -> float | None:
+    b = info.get("budget_flops")
+    return float(b) if b and math.isfinite(float(b)) else None

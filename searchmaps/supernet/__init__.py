@@ -1,0 +1,233 @@
+"""A weight-sharing supernet: one looped model trained on many reuse maps, then every
+feasible map of the space scored with its weights.
+
+A reuse map changes how often layers run, never which parameters exist, so every map of a
+space is a sub-network of the same model. :func:`train_supernet` trains it through the
+ordinary trainer (:func:`searchmaps.train.train_ladder`: same schedule, data order,
+determinism and failure handling), each step running a map drawn from the space's
+feasible maps: ``uniform`` over them, or ``sandwich`` (the cheapest, the most expensive
+and a random map in turn, so the extremes are trained throughout). Trained on a single
+map it is exactly the stand-alone training of that map (tested bit for bit).
+
+:func:`score_maps` then evaluates every feasible map on the fixed validation windows.
+Maps that share a prefix of repeats share its computation: the scores come from a
+depth-first walk over the tree of prefixes, each layer applied once per distinct prefix
+(deep8's 6,561 maps cost about 9,840 layer applications per batch instead of 105,000),
+with exactly the operations a separate evaluation of each map runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .. import flops
+from ..config import ConfigError, ReuseMap, TrialSpec
+from ..data import Corpus, load_corpus, val_batches
+from ..results import RunRecord, perplexity
+from ..schedule import plan_steps, tokens_per_step
+from ..spaces import Space, feasible_maps
+from ..train import autocast, resolve_device, train_ladder
+
+SAMPLINGS = ("uniform", "sandwich")
+
+
+@dataclass(frozen=True, eq=False)
+class SupernetResult:
+    """One supernet seed: its training's record, how often each map was trained, and the
+    score (validation loss, nats/token) of every feasible map."""
+
+    seed: int
+    sampling: str
+    record: RunRecord
+    scores: dict  # ReuseMap -> validation loss
+    trained: dict  # ReuseMap -> training steps that ran it
+    score_s: float  # seconds spent scoring
+
+
+def map_sequence(maps: Sequence[ReuseMap], steps: int, seed: int, sampling: str = "uniform",
+                 cost=None) -> list[ReuseMap]:
+    """The map each training step runs, a function of ``seed`` alone (its own random
+    stream, apart from the data order). ``sandwich`` cycles cheapest, most expensive and a
+    uniform draw (``cost``: a map's cost, default its applied layers)."""
+    if sampling not in SAMPLINGS:
+        raise ConfigError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
+    maps = list(maps)
+    rng = np.random.default_rng([seed, 0x5E])
+    draws = [maps[i] for i in rng.integers(0, len(maps), size=steps)]
+    if sampling == "uniform":
+        return draws
+    cost = cost or (lambda m: m.applied_layers)
+    low, high = min(maps, key=cost), max(maps, key=cost)
+    return [low if t % 3 == 0 else high if t % 3 == 1 else draws[t] for t in range(steps)]
+
+
+def train_supernet(space: Space, budget_flops: float, spec: TrialSpec, sampling: str = "uniform",
+                   corpus: Corpus | None = None, progress: bool = False, score: bool = True,
+                   maps: Sequence[ReuseMap] | None = None) -> SupernetResult:
+    """Train one supernet (``spec``: the model, the protocol and the seed; its map is the
+    one validated during training) over the space's maps within ``budget_flops`` (or
+    ``maps``), then score every one of them. A FLOP-matched horizon is spent at the
+    sampling's expected cost per step; the record's ``train_flops`` counts the maps that
+    actually ran."""
+    corpus = corpus if corpus is not None else load_corpus(spec.data)
+    if spec.model.residual != "prenorm":
+        raise ConfigError(f"--residual {spec.model.residual} scales by the map's depth, so one set of weights cannot "
+                          f"serve maps of different depths: a supernet needs --residual prenorm")
+    maps = list(maps) if maps is not None else feasible_maps(space, budget_flops)
+    if not maps:
+        raise ConfigError("--budget-flops admits no map of the space")
+    cost = {m: flops.train_flops_per_token(spec.model.with_map(m)) for m in maps}
+    per_step = tokens_per_step(spec)
+    if spec.train.train_flops is not None:  # the budget at the sampling's expected cost per step
+        mean = _expected_cost(maps, sampling, cost)
+        steps = int(spec.train.train_flops // (mean * per_step))
+        if steps < 1:
+            raise ConfigError(f"--train-flops {spec.train.train_flops:.3g} buys less than one supernet step")
+        spec = dataclasses.replace(spec, train=dataclasses.replace(spec.train, tokens=steps * per_step,
+                                                                   train_flops=None))
+    steps = plan_steps(spec)
+    sequence = map_sequence(maps, steps, spec.seed, sampling, cost=cost.get)
+    kept = {}
+    (rec,) = train_ladder(spec, None, corpus, progress=progress, map_for_step=lambda step: sequence[step - 1],
+                          on_model=lambda model: kept.update(model=model))
+    trained = {m: 0 for m in maps}
+    for m in sequence[: rec.steps]:
+        trained[m] += 1
+    rec = rec.replace(train_flops=float(sum(cost[m] for m in sequence[: rec.steps]) * per_step))
+    scores, score_s = {}, 0.0
+    if score and rec.ok and "model" in kept:
+        t0 = time.perf_counter()
+        scores = score_maps(kept["model"], maps, corpus, spec)
+        score_s = time.perf_counter() - t0
+    return SupernetResult(spec.seed, sampling, rec, scores, trained, score_s)
+
+
+def _expected_cost(maps, sampling: str, cost: dict) -> float:
+    if sampling == "uniform":
+        return float(np.mean([cost[m] for m in maps]))
+    low, high = min(cost.values()), max(cost.values())
+    return (low + high + float(np.mean(list(cost.values())))) / 3
+
+
+@torch.no_grad()
+def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec) -> dict:
+    """Mean validation loss (nats/token) of every map with the model's weights, on the
+    fixed validation windows (``eval_tokens`` of them), as :func:`searchmaps.train.evaluate`
+    computes it for one map: per-map losses equal a separate evaluation of that map."""
+    device = resolve_device(spec.device)
+    precision = spec.train.precision
+    batches = val_batches(corpus, spec.train.batch_size, spec.model.seq_len, spec.train.eval_tokens)
+    ilr = [m for m in maps if not m.is_block]
+    blocks = [m for m in maps if m.is_block]
+    children: dict[tuple, set] = {}
+    for m in ilr:
+        for depth in range(len(m.repeats)):
+            children.setdefault(m.repeats[:depth], set()).add(m.repeats[depth])
+    n_layers = model.cfg.n_layers
+    totals = {m: 0.0 for m in maps}
+    count = 0
+    was_training = model.training
+    model.eval()
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        with autocast(device, precision):
+            e, rope, bias = model.embed(x)
+
+            def walk(layer: int, prefix: tuple, h):
+                if layer == n_layers:
+                    _, loss = model.head(h, y)
+                    totals[ReuseMap(prefix)] += loss.item() * y.numel()
+                    return
+                wanted = children[prefix]
+                for r in range(1, max(wanted) + 1):
+                    h = model.layers[layer](h, rope, bias)
+                    if r in wanted:
+                        walk(layer + 1, prefix + (r,), h)
+
+            if ilr:
+                walk(0, (), e)
+            for m in blocks:
+                _, loss = model(x, y, m)
+                totals[m] += loss.item() * y.numel()
+        count += y.numel()
+    if was_training:
+        model.train()
+    return {m: totals[m] / count for m in maps}
+
+
+def score_rows(result: SupernetResult, space: Space, spec: TrialSpec) -> list[dict]:
+    """One ``supernet.csv`` row per map: its score with this seed's supernet, its costs,
+    and how often the supernet trained it."""
+    rows = []
+    for m, loss in result.scores.items():
+        cfg = spec.model.with_map(m)
+        rows.append({"map": str(m), "pe": cfg.pe, "seed": result.seed, "sampling": result.sampling,
+                     "val_loss": loss, "val_ppl": perplexity(loss), "flops_per_token": flops.flops_per_token(cfg),
+                     "kv_bytes_per_token": flops.kv_bytes_per_token(cfg), "applied_layers": m.applied_layers,
+                     "steps_trained": result.trained.get(m, 0), "supernet_steps": result.record.steps,
+                     "supernet_tokens": result.record.tokens, "supernet_train_flops": result.record.train_flops,
+                     "supernet_wall_s": result.record.wall_s, "score_s": result.score_s, "space": space.name})
+    return rows
+
+
+# --------------------------------------------------------------------------- several seeds, on disk
+
+
+def _one_seed(job):
+    space, budget, spec, sampling, progress = job
+    result = train_supernet(space, budget, spec, sampling, progress=progress)
+    return result, score_rows(result, space, spec)
+
+
+def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[TrialSpec], sampling: str,
+                  workers: int = 1, progress: bool = False, log=None):
+    """``supernet.csv`` in ``study_dir`` with every seed of ``specs`` (one spec per supernet
+    seed): seeds already there with the same protocol are read back, the others trained
+    (``workers`` at a time, in processes) and the file rewritten atomically after each.
+    Returns its rows. ``log(text)`` hears about each seed."""
+    import json
+    import multiprocessing as mp
+    from pathlib import Path
+
+    import pandas as pd
+
+    from ..results import atomic_write_text
+
+    study_dir = Path(study_dir)
+    study_dir.mkdir(parents=True, exist_ok=True)
+    path = study_dir / "supernet.csv"
+    key = {"space": space.name, "budget_flops": budget_flops, "sampling": sampling,
+           "config_hash": specs[0].config_hash()}
+    meta = study_dir / "supernet.json"
+    old = pd.read_csv(path, dtype={"map": str, "pe": str}) if path.is_file() else pd.DataFrame()
+    if len(old) and (not meta.is_file() or json.loads(meta.read_text()).get("key") != key):
+        raise ConfigError(f"{path} holds a supernet of other settings; use another --study or delete the file")
+    atomic_write_text(meta, json.dumps({"key": key}, indent=2) + "\n")
+    have = set(old["seed"]) if len(old) else set()
+    todo = [s for s in specs if s.seed not in have]
+    rows = [old] if len(old) else []
+    jobs = [(space, budget_flops, s, sampling, progress and workers == 1) for s in todo]
+    if jobs:
+        ctx = mp.get_context("spawn")
+        pool = ctx.Pool(min(workers, len(jobs))) if workers > 1 and len(jobs) > 1 else None
+        results = pool.imap_unordered(_one_seed, jobs) if pool else map(_one_seed, jobs)
+        try:
+            for result, new in results:
+                if not result.record.ok:
+                    raise ConfigError(f"the supernet of seed {result.seed} failed: {result.record.error}")
+                rows.append(pd.DataFrame(new))
+                atomic_write_text(path, pd.concat(rows, ignore_index=True).sort_values(["seed", "map"])
+                                  .to_csv(index=False))
+                if log:
+                    log(f"supernet seed {result.seed}: {result.record.steps} steps in {result.record.wall_s:.0f} s, "
+                        f"{len(new)} maps scored in {result.score_s:.0f} s")
+        finally:
+            if pool:
+                pool.terminate()
+    return pd.read_csv(path, dtype={"map": str, "pe": str})

@@ -1,0 +1,97 @@
+"""``python -m searchmaps.supernet``: train a weight-sharing supernet over a space's
+feasible maps (one per seed), score every map with its weights, and say how far to trust
+it against stand-alone training.
+
+    python -m searchmaps.supernet --space ilr4 --budget-flops 1e7 --supernet-seeds 3 [--sampling sandwich]
+        [--validate-against results/<stand-alone study>] [--validate K]
+
+It takes the search command's flags (space, budget, protocol, model and data overrides,
+study and results folder). Writes ``results/<study>/supernet.csv`` (one row per map and
+seed) and, with a validation, ``supernet_validation.csv``. ``--validate K`` then trains
+the supernet's K best and K random feasible maps stand-alone (a searchmaps.run study in
+the same folder, its report including the supernet's section).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+
+from ..cli import fail
+from ..config import ConfigError
+from ..data import DataError
+from ..run import build_parser, build_plan, check_results_dir, check_supernet_args, supernet_specs
+from . import ensure_scores
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    parser.prog = "searchmaps.supernet"
+    parser.description = __doc__.splitlines()[0]
+    v = parser.add_argument_group("validation")
+    v.add_argument("--validate-against", default=None, metavar="STUDY_DIR",
+                   help="compare with the stand-alone rows of this study folder (e.g. a committed study)")
+    v.add_argument("--validate", type=int, default=0, metavar="K",
+                   help="train the supernet's K best and K random feasible maps stand-alone (--seeds each), then "
+                        "compare")
+    args = parser.parse_args(argv)
+    try:
+        check_supernet_args(args)
+        if args.prescreen:
+            raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
+        plan = build_plan(args)
+        if not args.study:
+            plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
+        check_results_dir(plan.study_dir)
+        truth = None
+        if args.validate_against:
+            from ..report.summary import last_horizon, load_runs, successful
+            from ..results import records_frame
+
+            truth = successful(last_horizon(records_frame(load_runs(args.validate_against))))
+        scores = ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, args.supernet_seeds),
+                               args.sampling, workers=plan.workers, progress=not args.quiet,
+                               log=lambda text: print(text, file=sys.stderr))
+    except (ConfigError, DataError) as exc:
+        return fail(parser.prog, exc)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted — run the same command again to resume (finished seeds are kept)",
+              file=sys.stderr)
+        return 130
+    ranked = scores.groupby("map").agg(loss=("val_loss", "mean"), flops=("flops_per_token", "first"))
+    ranked = ranked.sort_values("loss", kind="stable")
+    print(f"{'map':<24} {'FLOPs/token':>13} {'supernet ppl':>12}")
+    for m, r in ranked.head(15).iterrows():
+        print(f"{m:<24} {int(r['flops']):>13,} {np.exp(r['loss']):>12.3f}")
+    print(f"... {len(ranked)} maps in {plan.study_dir / 'supernet.csv'}", file=sys.stderr)
+    from ..report import supernet as section
+
+    scores["candidate"] = scores["map"] + "|" + scores["pe"]
+    if truth is not None:
+        agreement = section.validate(scores, truth, plan.top_group_rule, plan.alpha)
+        if agreement is None:
+            return fail(parser.prog, ConfigError(f"--validate-against {args.validate_against}: it shares fewer than "
+                                                 f"two maps with the supernet"))
+        section.write_validation(agreement, plan.study_dir, args.sampling)
+        print(section.trust_sentence(agreement).replace("`", ""))
+    if args.validate:
+        rng = np.random.default_rng(plan.search_seed)
+        best = list(ranked.index[: args.validate])
+        rest = [m for m in ranked.index if m not in best]
+        chosen = best + [rest[i] for i in sorted(rng.choice(len(rest), size=min(args.validate, len(rest)),
+                                                            replace=False))]
+        from ..run import main as run_main
+
+        argv = list(sys.argv[1:] if argv is None else argv)
+        for flag in ("--validate", "--validate-against"):
+            while flag in argv:
+                i = argv.index(flag)
+                del argv[i:i + 2]
+        return run_main(argv + ["--study", plan.study, "--maps", *chosen])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
