@@ -82,3 +82,34 @@ def test_a_ladder_reports_stability_figures_render_in_chromium(tmp_path):
     assert any(t.startswith("Validation loss vs horizon") for t in texts)
     assert any(t.startswith("target") for t in texts)  # the extrapolation's target line
     assert body.count('class="errorbar"') >= 3
+
+
+def test_a_supernet_page_draws_its_front_and_its_validation_in_chromium(tmp_path):
+    import numpy as np
+    import pandas as pd
+
+    from searchmaps.report import supernet
+
+    rng = np.random.default_rng(0)
+    maps = ["1,1,1,1", "2,1,1,1", "1,2,1,1", "2,2,1,1", "3,2,2,1", "4,2,1,1", "2,2,2,2", "block:2"]
+    applied = [4, 5, 5, 6, 8, 8, 8, 8]
+    scores = pd.DataFrame([{"map": m, "pe": "rope", "seed": s, "sampling": "uniform", "space": "ilr4",
+                            "val_loss": 2.6 - 0.02 * a + rng.normal(0, 0.01), "flops_per_token": 600_000 * a,
+                            "kv_bytes_per_token": 1024 * a, "supernet_steps": 146, "supernet_tokens": 299_008,
+                            "supernet_train_flops": 1e12, "supernet_wall_s": 60.0, "score_s": 3.0}
+                           for s in range(3) for m, a in zip(maps, applied)])
+    scores["candidate"] = scores["map"] + "|rope"
+    truth = pd.DataFrame([{"candidate": f"{m}|rope", "map": m, "seed": s, "val_loss": 2.5 - 0.015 * a + rng.normal(0, 0.02)}
+                          for s in range(5) for m, a in zip(maps[:6], applied[:6])])
+    (tmp_path / "sn").mkdir()
+    page = supernet.write_page(tmp_path / "sn", scores, truth, "results/stand-alone", budget=5e6)
+    assert page.read_text(encoding="utf-8").count('class="plotly-graph-div"') == 2
+    assert (tmp_path / "sn" / "supernet_validation.csv").is_file()
+    dom, log = render(page, tmp_path / "profile", ARTIFACTS / "report-supernet.png")
+    assert "Uncaught" not in log
+    body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
+    assert body.count("js-plotly-plot") == 2
+    texts = re.findall(r"<text[^>]*>([^<]*)</text>", body)
+    assert any(t.startswith("Supernet: every feasible map") for t in texts)
+    assert any(t.startswith("Supernet score vs stand-alone") for t in texts)
+    assert body.count('class="errorbar"') >= 1

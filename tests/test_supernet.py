@@ -123,6 +123,14 @@ def test_the_supernet_command_scores_every_map_and_validates_against_stand_alone
     assert "Supernet over the whole space" in page and "Supernet vs stand-alone training" in page
     val = pd.read_csv(results / "sn" / "supernet_validation.csv")
     assert val["n_candidates"].item() == 2 and -1 <= val["kendall_tau"].item() <= 1
+    # a supernet study of its own, validated against that study's stand-alone rows: its own page
+    argv = supernet_args(space_file, results, "--study", "sn-only", "--validate-against", str(results / "sn"))
+    assert main(argv) == 0
+    assert "Kendall's τ" in capsys.readouterr().out
+    page = (results / "sn-only" / "report.html").read_text()
+    assert "Supernet over the whole space" in page and "Supernet vs stand-alone training" in page
+    assert "supernet_validation.csv" in page and not (results / "sn-only" / "runs.csv").exists()
+    assert pd.read_csv(results / "sn-only" / "supernet_validation.csv")["n_candidates"].item() == 2
 
 
 def test_a_prescreen_keeps_the_supernets_best_maps_and_the_baseline(ray_cluster, space_file, tmp_path, capsys):

@@ -96,7 +96,7 @@ tr.top td{background:#fff4f4}.bad{color:#b00}.caption{color:#555;font-size:14px}
 
 def render_page(title: str, result: list[str], figures: list[tuple[str, object, str]], ranking: str,
                 planned: str, protocol: list[str], failures: str, warnings: list[str] = (),
-                sections: list[tuple[str, str]] = ()) -> str:
+                sections: list[tuple[str, str]] = (), footer: str | None = None) -> str:
     """The whole page. ``warnings`` open the result and the protocol; ``ranking`` and
     ``planned`` (HTML, may be empty) follow the first figure; ``sections`` (heading, HTML)
     follow the figures; plotly.js is embedded once, with the first figure."""
@@ -115,7 +115,7 @@ def render_page(title: str, result: list[str], figures: list[tuple[str, object, 
             + "<h2>Protocol</h2><ul class=protocol>"
             + "".join(f"<li class=warn>{inline(w)}</li>" for w in warnings)
             + "".join(f"<li>{inline(s)}</li>" for s in protocol) + "</ul>"
-            + '<p class=caption>Per-candidate numbers: <a href="summary.csv">summary.csv</a>; '
-            + "every run: runs.csv.</p>")
+            + (footer if footer is not None else '<p class=caption>Per-candidate numbers: '
+               '<a href="summary.csv">summary.csv</a>; every run: runs.csv.</p>'))
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body><main>{body}</main></body></html>\n")

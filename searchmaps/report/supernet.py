@@ -145,3 +145,51 @@ def section(m: pd.DataFrame, agreement: dict | None, info: dict) -> str:
 def budget_of(info: dict) -> float | None:
     b = info.get("budget_flops")
     return float(b) if b and math.isfinite(float(b)) else None
+
+
+def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = None, against: str | None = None,
+               rule: str = "hsd", alpha: float = 0.05, budget: float | None = None) -> Path:
+    """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
+    Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
+    study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``."""
+    from .page import render_page
+
+    study_dir = Path(study_dir)
+    m = means(scores)
+    agreement = validate(scores, truth, rule, alpha) if truth is not None else None
+    figures = [("Supernet over the whole space", pareto_figure(m, budget),
+                "Every feasible map scored with the supernet's shared weights (mean over its seeds; supernet.csv); "
+                "the blue step line is the front of perplexity against FLOPs.")]
+    sampling = str(scores["sampling"].iloc[0])
+    result = [f"The supernet ({sampling} sampling, {scores['seed'].nunique()} seed(s)) scores `{m['map'].iloc[0]}` "
+              f"best of {len(m)} maps ({m['ppl'].iloc[0]:.3f} perplexity with the shared weights)."]
+    if agreement is not None:
+        write_validation(agreement, study_dir, sampling)
+        figures.append(("Supernet vs stand-alone training", scatter_figure(m, truth),
+                        f"Each map also trained stand-alone in `{against}`: its supernet score against its "
+                        f"stand-alone validation loss (supernet_validation.csv has τ, ρ, top-group agreement and "
+                        f"regret)."))
+        result.append(trust_sentence(agreement))
+    elif truth is not None:
+        result.append(f"`{against}` shares fewer than two maps with the supernet: no validation.")
+    per_seed = scores.groupby("seed").first()
+    protocol = [f"Space `{scores['space'].iloc[0]}`: {len(m)} feasible maps"
+                + (f" within {budget:.3g} FLOPs/token" if budget else "") + ".",
+                f"One supernet per seed ({', '.join(str(s) for s in per_seed.index)}), {sampling} sampling: "
+                f"{int(per_seed['supernet_steps'].iloc[0])} steps, {int(per_seed['supernet_tokens'].iloc[0]):,} "
+                f"tokens and {per_seed['supernet_train_flops'].mean():.3g} training FLOPs each; training took "
+                f"{per_seed['supernet_wall_s'].mean():.0f} s and scoring every map "
+                f"{per_seed['score_s'].mean():.0f} s per seed (mean).",
+                "Each step of a supernet runs one map; every map's score is its mean validation loss with the "
+                "shared weights on the fixed validation windows."]
+    if agreement is not None:
+        protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
+                        f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
+                        f"intervals: 95 % bootstrap over supernet and stand-alone seeds.")
+    page = render_page(f"Supernet: {study_dir.name}", result, figures, section(m, agreement, {}), "", protocol, "",
+                       footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
+                              + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
+                                 if agreement is not None else "") + ".</p>")
+    out = study_dir / "report.html"
+    atomic_write_text(out, page)
+    return out

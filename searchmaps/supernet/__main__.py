@@ -74,8 +74,11 @@ def main(argv: list[str] | None = None) -> int:
         if agreement is None:
             return fail(parser.prog, ConfigError(f"--validate-against {args.validate_against}: it shares fewer than "
                                                  f"two maps with the supernet"))
-        section.write_validation(agreement, plan.study_dir, args.sampling)
         print(section.trust_sentence(agreement).replace("`", ""))
+    if not args.validate:  # with --validate the stand-alone study writes the report, supernet section included
+        page = section.write_page(plan.study_dir, scores, truth, args.validate_against, plan.top_group_rule,
+                                  plan.alpha, plan.budget_flops)
+        print(page, file=sys.stderr)
     if args.validate:
         rng = np.random.default_rng(plan.search_seed)
         best = list(ranked.index[: args.validate])
