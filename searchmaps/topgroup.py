@@ -159,7 +159,7 @@ def friedman_nemenyi(mat: pd.DataFrame, alpha: float = 0.05) -> dict:
 # --------------------------------------------------------------------------- dispatch
 
 
-def top_group(mat: pd.DataFrame, rule: str = "mcb", alpha: float = 0.05) -> list[str]:
+def top_group(mat: pd.DataFrame, rule: str = "hsd", alpha: float = 0.05) -> list[str]:
     """The top group of a ``seeds x candidates`` matrix under ``rule``, best first."""
     if rule == "hsd":
         return hsd(mat, alpha)["top_group"]
