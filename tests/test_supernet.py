@@ -1,6 +1,7 @@
 """The weight-sharing supernet: its training is the ordinary trainer's, its scores are
 per-map evaluations, and both are deterministic."""
 
+import json
 import math
 
 import pytest
@@ -131,6 +132,8 @@ def test_the_supernet_command_scores_every_map_and_validates_against_stand_alone
     assert "Supernet over the whole space" in page and "Supernet vs stand-alone training" in page
     assert "supernet_validation.csv" in page and not (results / "sn-only" / "runs.csv").exists()
     assert pd.read_csv(results / "sn-only" / "supernet_validation.csv")["n_candidates"].item() == 2
+    meta = json.loads((results / "sn-only" / "supernet.json").read_text())
+    assert meta["seeds"] == [0, 1] and meta["config"]["model.d_model"] == 32 and "train.lr" in meta["config"]
 
 
 def test_a_prescreen_keeps_the_supernets_best_maps_and_the_baseline(ray_cluster, space_file, tmp_path, capsys):

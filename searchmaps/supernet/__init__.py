@@ -188,7 +188,8 @@ def _one_seed(job):
 def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[TrialSpec], sampling: str,
                   workers: int = 1, progress: bool = False, log=None):
     """``supernet.csv`` in ``study_dir`` with every seed of ``specs`` (one spec per supernet
-    seed): seeds already there with the same protocol are read back, the others trained
+    seed; ``supernet.json`` records their full configuration): seeds already there with the
+    same protocol are read back, the others trained
     (``workers`` at a time, in processes) and the file rewritten atomically after each.
     Returns its rows. ``log(text)`` hears about each seed."""
     import json
@@ -208,7 +209,9 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     old = pd.read_csv(path, dtype={"map": str, "pe": str}) if path.is_file() else pd.DataFrame()
     if len(old) and (not meta.is_file() or json.loads(meta.read_text()).get("key") != key):
         raise ConfigError(f"{path} holds a supernet of other settings; use another --study or delete the file")
-    atomic_write_text(meta, json.dumps({"key": key}, indent=2) + "\n")
+    config = {k: v for k, v in specs[0].to_dict().items() if k not in ("seed", "model.reuse")}
+    atomic_write_text(meta, json.dumps({"key": key, "seeds": [s.seed for s in specs], "config": config}, indent=2,
+                                       default=str) + "\n")
     have = set(old["seed"]) if len(old) else set()
     todo = [s for s in specs if s.seed not in have]
     rows = [old] if len(old) else []
