@@ -178,15 +178,17 @@ def prescreen(plan: SearchPlan, args: argparse.Namespace) -> SearchPlan:
                            log=lambda text: print(text, file=sys.stderr))
     ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
     keep = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[: args.keep]]
-    base = plan.baseline()
-    with_base = base is not None and base.reuse not in keep
+    # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
+    # the (perhaps randomly sampled) candidates of the un-narrowed plan hold it
+    base = ReuseMap.baseline(plan.space.model.n_layers)
+    with_base = plan.feasible(Candidate(base, plan.pes[0])) and base not in keep
     if with_base:
-        keep.append(base.reuse)
+        keep.append(base)
     info = {"kind": "supernet", "keep": args.keep, "seeds": args.supernet_seeds, "sampling": args.sampling,
             "baseline": with_base, "maps_scored": int(ranked.size)}
     (plan.study_dir / "prescreen.json").write_text(json.dumps(info, indent=2) + "\n")
     print(f"prescreen: the supernet scored {ranked.size} maps; keeping {', '.join(map(str, keep))}", file=sys.stderr)
-    return dataclasses.replace(plan, maps=tuple(keep), sampler="grid")
+    return dataclasses.replace(plan, maps=tuple(keep), sampler="grid", trials=None)  # every kept map
 
 
 def default_study_name(plan: SearchPlan) -> str:
