@@ -332,7 +332,9 @@ def _compare(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> p
     return out[_COMPARE_COLS]
 
 
-def _top_group(mat: pd.DataFrame, pairs: dict, alpha: float) -> list[str]:
+def top_group_of_pairs(mat: pd.DataFrame, pairs: dict, alpha: float) -> list[str]:
+    """The best candidate of ``mat`` plus every candidate ``pairs`` (from :func:`all_pairs`)
+    does not call significantly worse than it, ordered by mean."""
     best = best_candidate(mat)
     keep = [best]
     for c in order_by_mean(mat):
@@ -393,7 +395,7 @@ def top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     ``correction`` must be family-wise (:data:`FAMILY_WISE`; why: module docstring)."""
     require_family_wise(correction)
     mat = to_matrix(df, metric)
-    return _top_group(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)
+    return top_group_of_pairs(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)
 
 
 def friedman(df: pd.DataFrame, metric: str = "val_ppl") -> dict | None:
@@ -492,7 +494,7 @@ def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
         "friedman": friedman(df, metric),
         "best": best_candidate(mat),
         "reference": ref,
-        "top_group": _top_group(mat, pairs, alpha),
+        "top_group": top_group_of_pairs(mat, pairs, alpha),
         "pairwise": _pairwise(mat, pairs),
         "mde": detectable_difference(df, metric, alpha),
         "resolution": resolution(method, max(shared, default=0), alpha, pairs["family_size"]),

@@ -168,17 +168,9 @@ def top_group(mat: pd.DataFrame, rule: str = "hsd", alpha: float = 0.05) -> list
     if rule == "friedman":
         return friedman_nemenyi(mat, alpha)["top_group"]
     if rule == "holm":
-        from .stats import all_pairs, best_candidate, oriented, order_by_mean
+        from .stats import all_pairs, top_group_of_pairs
 
-        pairs = all_pairs(mat, "ttest", "holm", 0.95)
-        best = best_candidate(mat)
-        keep = [best]
-        for c in order_by_mean(mat):
-            if c != best:
-                r = oriented(pairs, c, best)
-                if not (r["p_adjusted"] <= alpha and r["mean_diff"] > 0):
-                    keep.append(c)
-        return keep
+        return top_group_of_pairs(mat, all_pairs(mat, "ttest", "holm", 0.95), alpha)
     raise ValueError(f"the top-group rule must be one of {', '.join(RULES)}, got {rule!r}")
 
 

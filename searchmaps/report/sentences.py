@@ -324,11 +324,7 @@ def _power_sentences(res: dict) -> list[str]:
                f"map {det['mde']:.3g} perplexity worse than the best ({det['mde_pct']:.1f} % of the best mean) with "
                f"{det['power']:.0%} power (searchmaps.report --target-effect says how many seeds a smaller effect "
                f"needs)."]
-        gaps = res["summary"]["mean"] - res["summary"]["mean"].min()
-        gap = gaps[res["summary"]["candidate"].isin(res["top_group"])].max()
-        if len(res["top_group"]) > 1 and gap < det["mde"]:
-            out.append(f"The gaps inside the top group (up to {gap:.3g}) are below it: add seeds to separate them.")
-        return out
+        return out + _gaps_below(res, det["mde"])
     mde = res["mde"]
     n, m = mde["n_seeds"], mde["n_comparisons"]
     if not np.isfinite(mde["mde"]):
@@ -341,8 +337,13 @@ def _power_sentences(res: dict) -> list[str]:
            f"a paired t-test at α/m over m = {m} pairs finds a true difference of {mde['mde']:.3g} "
            f"perplexity ({100 * mde['mde'] / best:.1f} % of the best mean) with {mde['power']:.0%} power "
            f"({'; '.join(more)})."]
+    return out + _gaps_below(res, mde["mde"])
+
+
+def _gaps_below(res: dict, mde: float) -> list[str]:
+    """A sentence when the top group's gaps to the best are all below the detectable difference."""
     gaps = res["summary"]["mean"] - res["summary"]["mean"].min()
     gap = gaps[res["summary"]["candidate"].isin(res["top_group"])].max()
-    if len(res["top_group"]) > 1 and gap < mde["mde"]:
-        out.append(f"The gaps inside the top group (up to {gap:.3g}) are below it: add seeds to separate them.")
-    return out
+    if len(res["top_group"]) > 1 and gap < mde:
+        return [f"The gaps inside the top group (up to {gap:.3g}) are below it: add seeds to separate them."]
+    return []
