@@ -324,6 +324,7 @@ class _progress_bar:
 
     def __init__(self, plan: SearchPlan, quiet: bool):
         self.plan, self.quiet, self.bar = plan, quiet, None
+        self._partial: dict[tuple, int] = {}  # ladder trainings still running: rung rows already shown
 
     def start(self, total: int) -> None:
         from tqdm.auto import tqdm
@@ -337,7 +338,12 @@ class _progress_bar:
         if self.bar is None:
             return
         per_unit = 1 if self.plan.promote else self.plan.rungs
-        self.bar.total = self.bar.n + 1 + remaining * per_unit  # racing and optimisers change the total
+        key = (row.label, row.seed, row.role)
+        shown = self._partial.pop(key, 0) + 1
+        if row.ok and shown < per_unit and row.rung < self.plan.rungs - 1:
+            self._partial[key] = shown  # its training is still counted whole in ``remaining``
+        # racing and optimisers change the total; rows already shown of a running ladder do not
+        self.bar.total = self.bar.n + 1 + max(0, remaining * per_unit - sum(self._partial.values()))
         self.bar.set_postfix_str(f"{row.label} seed {row.seed}: "
                                  + (f"ppl {fmt_ppl(row.val_ppl)}" if row.ok else row.status.value))
         self.bar.update(1)

@@ -555,3 +555,25 @@ def test_a_learning_rate_grid_is_fitted_on_tuning_seeds_and_kept_out_of_the_stat
     for t in trials(results, "lr"):
         assert t.state == TrialState.COMPLETE and t.user_attrs["lr"] in (1e-3, 3e-2)
         assert set(t.user_attrs["lr_tuning_val_loss"]) == {"0.001", "0.03"}
+
+
+def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung():
+    """A ladder's rungs arrive one by one while its training still counts whole in the
+    scheduler's ``remaining``: the bar's total must not grow with every rung."""
+    from types import SimpleNamespace
+
+    from searchmaps.results import RunRecord, Status
+    from searchmaps.run import _progress_bar
+
+    plan = SimpleNamespace(study="s", ladder=True, promote=False, rungs=3)
+    bar = _progress_bar(plan, quiet=False)
+    bar.start(2 * 3)  # two (candidate, seed) trainings, three rungs each
+    totals = []
+    for seed, remaining_during in ((0, 2), (1, 1)):
+        for rung in range(3):
+            row = RunRecord(run_id=f"{seed}{rung}", map="1,1", pe="rope", seed=seed, status=Status.OK,
+                            config_hash="h", rung=rung, val_loss=1.0)
+            bar.on_row(row, remaining_during - (rung == 2))  # the last rung completes the training
+            totals.append(bar.bar.total)
+    bar.close()
+    assert totals == [6] * 6
