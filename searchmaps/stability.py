@@ -135,28 +135,35 @@ def rank_stability(df: pd.DataFrame, metric: str = "val_loss", top_metric: str =
     return pd.DataFrame(rows).reindex(columns=cols)
 
 
-def agreement_with(df: pd.DataFrame, reference: dict[str, float], metric: str = "val_loss") -> pd.DataFrame:
-    """Kendall's tau (with its p-value) and Spearman's rho between the candidates' means at
-    each rung and a published ranking (``reference``: candidate -> value, lower is better),
-    over the candidates both have. One row per rung."""
+def agreement_with(df: pd.DataFrame, reference: dict[str, float], metric: str = "val_loss", n_boot: int = N_BOOT,
+                   random_state=0) -> pd.DataFrame:
+    """Kendall's tau (with its p-value and a 95 % bootstrap interval over seeds) and
+    Spearman's rho between the candidates' means at each rung and a published ranking
+    (``reference``: candidate -> value, lower is better), over the candidates both have.
+    One row per rung. The interval says how much the seeds move this study's side of the
+    comparison; the published side is one number per candidate (no seeds to resample)."""
     values, cands, rungs, horizons, _ = _cube(df, metric)
+    rng = np.random.default_rng(random_state)
     rows = []
     for k, (rung, horizon) in enumerate(zip(rungs, horizons)):
         seeds, keep = _complete(values[:, :, k])
         names = [c for c, k_ in zip(cands, keep) if k_ and c in reference]
-        mine = np.array([values[seeds][:, cands.index(n), k].mean() for n in names])
+        block = values[seeds][:, [cands.index(n) for n in names], k]  # (seeds, names)
         theirs = np.array([reference[n] for n in names])
+        tau = p = rho = lo = hi = float("nan")
         if len(names) >= 3:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kt = stats.kendalltau(mine, theirs)
-                rho = float(stats.spearmanr(mine, theirs).statistic)
-            tau, p = float(kt.statistic), float(kt.pvalue)
-        else:
-            tau = p = rho = float("nan")
-        rows.append({"rung": rung, "horizon": horizon, "n_candidates": len(names), "kendall_tau": tau,
-                     "p_value": p, "spearman_rho": rho})
-    return pd.DataFrame(rows, columns=["rung", "horizon", "n_candidates", "kendall_tau", "p_value", "spearman_rho"])
+                kt = stats.kendalltau(block.mean(axis=0), theirs)
+            tau, p, rho = float(kt.statistic), float(kt.pvalue), _tau_rho(block.mean(axis=0), theirs)[1]
+            draws = np.array([_tau_rho(block[i].mean(axis=0), theirs)[0]
+                              for i in _boot_indices(block.shape[0], n_boot, rng)])
+            lo, hi = _interval(draws)
+        rows.append({"rung": rung, "horizon": horizon, "n_candidates": len(names), "n_seeds": int(block.shape[0]),
+                     "kendall_tau": tau, "kendall_tau_low": lo, "kendall_tau_high": hi, "p_value": p,
+                     "spearman_rho": rho})
+    return pd.DataFrame(rows, columns=["rung", "horizon", "n_candidates", "n_seeds", "kendall_tau", "kendall_tau_low",
+                                       "kendall_tau_high", "p_value", "spearman_rho"])
 
 
 # --------------------------------------------------------------------------- scaling

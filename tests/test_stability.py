@@ -105,6 +105,22 @@ def test_agreement_with_a_published_ranking():
     published = {"a": 15.0, "b": 14.0, "c": 13.0, "z": 1.0}  # z: not in this study
     ag = agreement_with(df, published).set_index("rung")
     assert ag.loc[0, "kendall_tau"] == -1 and ag.loc[2, "kendall_tau"] == 1 and ag.loc[2, "n_candidates"] == 3
+    assert (ag["kendall_tau_low"] <= ag["kendall_tau"]).all() and (ag["kendall_tau"] <= ag["kendall_tau_high"]).all()
+
+
+def test_the_interval_against_a_published_ranking_widens_with_seed_noise():
+    """Means 0.1 apart in the published order: with quiet seeds every resample keeps tau = 1;
+    with seed noise of 0.3 the resamples disagree and the interval opens below 1."""
+    rng = np.random.default_rng(0)
+    published = {c: 10.0 + i for i, c in enumerate("abcdef")}
+    rows = lambda sd: pd.DataFrame([{"candidate": c, "seed": s, "rung": 0, "horizon_target": 1e5,
+                                     "val_loss": 2.0 + 0.1 * i + sd * rng.standard_normal()}
+                                    for i, c in enumerate("abcdef") for s in range(5)])
+    quiet = agreement_with(rows(0.001), published, n_boot=300).iloc[0]
+    noisy = agreement_with(rows(0.3), published, n_boot=300).iloc[0]
+    assert quiet["kendall_tau"] == pytest.approx(1) and quiet["kendall_tau_low"] == pytest.approx(1)
+    assert quiet["n_seeds"] == 5
+    assert noisy["kendall_tau_low"] < 0.8 and noisy["kendall_tau_low"] <= noisy["kendall_tau"] <= noisy["kendall_tau_high"]
 
 
 def test_a_proxy_checked_against_stand_alone_training_by_hand():

@@ -2,9 +2,10 @@
 ranking hold as training gets longer, and where do the curves go?
 
 Writes ``stability.csv`` (every pair of horizons: Kendall's tau and Spearman's rho with
-bootstrap intervals over seeds, top-group overlap) and ``scaling.csv`` (each candidate's
+bootstrap intervals over seeds, top-group overlap), ``scaling.csv`` (each candidate's
 fitted ``L(D) = E + A·D^-alpha`` and its prediction at the target horizon with a bootstrap
-prediction interval), and gives the page two figures (rank vs horizon; loss vs horizon with
+prediction interval) and, when the space carries published numbers, ``agreement.csv``
+(Kendall's tau against them at every horizon, with a bootstrap interval over seeds), and gives the page two figures (rank vs horizon; loss vs horizon with
 the fits and their extrapolation) and the sentences that say what they show.
 """
 
@@ -52,7 +53,7 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
         target = float(published.get("tokens") or 0) if unit == "tokens" else 0.0
         target = target if target > horizons[-1] else 10 * horizons[-1]
     scaling, boots = stability.extrapolate(rows, target, n_boot=n_boot)
-    agreement = stability.agreement_with(rows, published["values"]) if published.get("values") else None
+    agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot) if published.get("values") else None
     return HorizonAnalysis(
         unit=unit, horizons=horizons,
         stability=stability.rank_stability(rows, alpha=alpha, n_boot=n_boot),
@@ -75,6 +76,9 @@ def _means(rows: pd.DataFrame) -> pd.DataFrame:
 def write_tables(a: HorizonAnalysis, study_dir) -> None:
     atomic_write_text(study_dir / "stability.csv", a.stability.to_csv(index=False))
     atomic_write_text(study_dir / "scaling.csv", a.scaling.to_csv(index=False))
+    if a.published is not None:
+        table = a.published.assign(source=a.published_source)
+        atomic_write_text(study_dir / "agreement.csv", table.to_csv(index=False))
 
 
 # --------------------------------------------------------------------------- words
@@ -140,7 +144,8 @@ def sentences(a: HorizonAnalysis) -> list[str]:
                    f"change of order among candidates that reached the last horizon.")
     if a.published is not None and a.published["kendall_tau"].notna().any():
         out.append(f"Against {a.published_source or 'the published ranking'}: Kendall's τ is " + ", ".join(
-            f"{r.kendall_tau:+.2f} at {_h(r.horizon)} (p = {fmt_p(r.p_value)}, {int(r.n_candidates)} maps)"
+            f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)} over seeds, "
+            f"p = {fmt_p(r.p_value)}, {int(r.n_candidates)} maps)"
             for r in a.published.itertuples() if np.isfinite(r.kendall_tau)) + ".")
     return out
 

@@ -75,7 +75,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     ``study_dir``; the report describes the study's last horizon (see
     :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
     bonferroni (why: :mod:`searchmaps.stats`). A study trained on a ladder of horizons
-    also gets ``stability.csv``, ``scaling.csv`` and the horizon section
+    also gets ``stability.csv``, ``scaling.csv`` (and ``agreement.csv`` when the space has
+    published numbers) and the horizon section
     (:mod:`searchmaps.report.horizons`), extrapolated to ``target`` (default: study.json's
     ``target``, else the published numbers' horizon, else 10x the longest horizon).
     Raises :class:`ReportError` (one line) on unusable input or settings."""
