@@ -247,7 +247,10 @@ def crossings(table: pd.DataFrame, boots: dict[str, np.ndarray]) -> pd.DataFrame
     """Pairs whose order at the last horizon is predicted to flip before the target: ``a``
     better than ``b`` at the last common horizon but predicted worse at the target. With
     the horizon where the fitted curves cross and the share of bootstrap resamples in
-    which the order at the target flips (how sure the prediction is). One row per pair."""
+    which the order at the target flips (how sure the prediction is). ``fits_agree`` is False
+    where the two fitted curves already have the pair the other way round at the last
+    horizon (the fits miss the measured order there, so the "crossing" lies inside the data:
+    ``crossing_at`` is then NaN). One row per pair."""
     rows = []
     t = table.set_index("candidate")
     for a, b in itertools.combinations(t.index, 2):
@@ -264,17 +267,19 @@ def crossings(table: pd.DataFrame, boots: dict[str, np.ndarray]) -> pd.DataFrame
         fb = (pw["E"], pw["A"], pw["alpha"])
         gap = lambda d: predict(fa, d) - predict(fb, d)  # noqa: E731 - > 0 once crossed
         lo, hi = float(pb["horizon_last"]), float(pb["target"])
+        agree = bool(gap(lo) < 0)
         try:
-            at = math.exp(optimize.brentq(lambda u: gap(math.exp(u)), math.log(lo), math.log(hi)))
+            at = math.exp(optimize.brentq(lambda u: gap(math.exp(u)), math.log(lo), math.log(hi))) if agree \
+                else float("nan")
         except ValueError:
             at = float("nan")
         da, db = boots[better], boots[worse]
         both = np.isfinite(da) & np.isfinite(db)
         share = float((da[both] > db[both]).mean()) if both.any() else float("nan")
         rows.append({"better_now": better, "worse_now": worse, "horizon_last": lo, "crossing_at": at,
-                     "target": hi, "flip_share": share})
-    return pd.DataFrame(rows, columns=["better_now", "worse_now", "horizon_last", "crossing_at", "target",
-                                       "flip_share"])
+                     "fits_agree": agree, "target": hi, "flip_share": share})
+    return pd.DataFrame(rows, columns=["better_now", "worse_now", "horizon_last", "crossing_at", "fits_agree",
+                                       "target", "flip_share"])
 
 
 # --------------------------------------------------------------------------- a proxy against the truth

@@ -589,6 +589,7 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     page = report.path.read_text()
     assert "Rank vs horizon" in page and "Loss vs horizon" in page and "Ranks by horizon" in page
     assert "Kendall" in page and "Against a paper" in page
+    assert "the same 1,600,000 tokens" in page  # the protocol names the last rung's horizon, not the first
     ag = pd.read_csv(study / "agreement.csv")
     assert list(ag["rung"]) == [0, 1, 2] and (ag["source"] == "a paper").all()
     assert (ag["kendall_tau_low"] <= ag["kendall_tau"]).all() and (ag["kendall_tau"] <= ag["kendall_tau_high"]).all()

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from searchmaps.stability import (agreement_with, crossings, extrapolate, fit_power_law, power_law, rank_by_rung,
-                                  rank_stability)
+from searchmaps.stability import (agreement_with, crossings, extrapolate, fit_power_law, power_law, predict,
+                                  rank_by_rung, rank_stability)
 
 HORIZONS = [1e5, 4e5, 1.6e6]
 
@@ -94,7 +94,7 @@ def test_extrapolation_interval_and_a_predicted_crossing():
     assert t.loc["a", "prediction_low"] <= t.loc["a", "prediction"] <= t.loc["a", "prediction_high"]
     assert t.loc["b", "fit_share"] == 1.0
     (row,) = crossings(table, boots).itertuples()
-    assert (row.better_now, row.worse_now) == ("a", "b") and row.flip_share == 1.0
+    assert (row.better_now, row.worse_now) == ("a", "b") and row.flip_share == 1.0 and row.fits_agree
     true_cross = next(d for d in np.geomspace(1.6e6, 1e8, 20000)
                       if 2.0 + 40 * d ** -0.35 > 1.0 + 150 * d ** -0.30)
     assert row.crossing_at == pytest.approx(true_cross, rel=0.05)
@@ -137,3 +137,28 @@ def test_a_proxy_checked_against_stand_alone_training_by_hand():
     assert got["regret"] == pytest.approx(0.1) and got["regret_ppl"] == pytest.approx(math.exp(2.115) - math.exp(2.015))
     assert got["top_group"] == "a" and got["proxy_top"] == "b" and got["top_agreement"] == 0.0
     assert got["kendall_tau_low"] <= got["kendall_tau"] <= got["kendall_tau_high"]
+
+
+def test_a_crossing_the_fits_already_make_inside_the_data_is_not_dated():
+    """a is measured better at the last horizon, but the fitted curves there already put b
+    ahead (a misfit): the pair is listed as predicted to flip, with no crossing horizon and
+    fits_agree False, rather than a crossing found by a root search that cannot bracket it."""
+    table = pd.DataFrame([
+        {"candidate": "a", "E": 0.0, "A": 10.0, "alpha": 0.2, "horizon_last": 1e6, "loss_last": 0.99,
+         "target": 1e8, "prediction": predict((0.0, 10.0, 0.2), 1e8)},
+        {"candidate": "b", "E": 0.0, "A": 9.9, "alpha": 0.2, "horizon_last": 1e6, "loss_last": 1.00,
+         "target": 1e8, "prediction": predict((0.0, 9.9, 0.2), 1e8)}])
+    boots = {"a": np.full(10, table.loc[0, "prediction"]), "b": np.full(10, table.loc[1, "prediction"])}
+    (row,) = crossings(table, boots).itertuples()
+    assert (row.better_now, row.worse_now) == ("a", "b") and not row.fits_agree
+    assert math.isnan(row.crossing_at) and row.flip_share == 1.0
+
+
+def test_the_report_warns_when_fitted_floors_sit_at_zero():
+    from searchmaps.report.horizons import floor_sentence
+
+    scaling = pd.DataFrame({"candidate": ["a", "b", "c"], "E": [1e-13, 1.5, float("nan")],
+                            "loss_last": [1.8, 1.9, 2.0]})
+    said = floor_sentence(scaling, [5e4, 8e5])
+    assert said.startswith("For 1 of 2 candidates the fitted floor E is at its bound 0: over 50k to 800k")
+    assert floor_sentence(scaling.iloc[1:], [5e4, 8e5]) == ""

@@ -133,8 +133,12 @@ def sentences(a: HorizonAnalysis) -> list[str]:
                    f"{int(first_last['top_union'])} candidates.")
     if not a.crossings.empty:
         likely = a.crossings.sort_values("flip_share", ascending=False)
-        parts = [f"`{r.worse_now}` passing `{r.better_now}` (fitted curves cross near {_h(r.crossing_at)}; the "
-                 f"order at the target flips in {r.flip_share:.0%} of seed resamples)" for r in likely.head(4).itertuples()]
+        parts = [f"`{r.worse_now}` passing `{r.better_now}` ("
+                 + (f"fitted curves cross near {_h(r.crossing_at)}" if r.fits_agree else
+                    f"the fitted curves already swap them at {_h(r.horizon_last)}, where the measured means do "
+                    f"not: a misfit inside the data more than a prediction")
+                 + f"; the order at the target flips in {r.flip_share:.0%} of seed resamples)"
+                 for r in likely.head(4).itertuples()]
         more = f" and {len(likely) - 4} more pairs (scaling.csv)" if len(likely) > 4 else ""
         out.append(f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(a.target)} {a.unit} predicts "
                    + "; ".join(parts) + more + ". Such extrapolations are far beyond the data; the intervals in "
@@ -142,12 +146,28 @@ def sentences(a: HorizonAnalysis) -> list[str]:
     else:
         out.append(f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(a.target)} {a.unit} predicts no "
                    f"change of order among candidates that reached the last horizon.")
+    floor = floor_sentence(a.scaling, a.horizons)
+    if floor:
+        out.append(floor)
     if a.published is not None and a.published["kendall_tau"].notna().any():
         out.append(f"Against {a.published_source or 'the published ranking'}: Kendall's τ is " + ", ".join(
             f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)} over seeds, "
             f"p = {fmt_p(r.p_value)}, {int(r.n_candidates)} maps)"
             for r in a.published.itertuples() if np.isfinite(r.kendall_tau)) + ".")
     return out
+
+
+def floor_sentence(scaling: pd.DataFrame, horizons: list[float]) -> str:
+    """A warning when fitted floors ``E`` sit at their bound 0: the horizons show no
+    saturation, the fit is a pure power law, and its extrapolation goes on falling."""
+    fitted = scaling[np.isfinite(scaling["E"])]
+    at_zero = fitted[fitted["E"] <= 1e-6 * fitted["loss_last"]]
+    if at_zero.empty:
+        return ""
+    return (f"For {len(at_zero)} of {len(fitted)} candidates the fitted floor E is at its bound 0: over "
+            f"{_h(horizons[0])} to {_h(horizons[-1])} the losses show no sign of levelling off, so the fit is a "
+            f"pure power law and its predictions at the target keep falling with no floor — read them as a "
+            f"trend, not a loss you will reach.")
 
 
 def table(a: HorizonAnalysis) -> str:

@@ -224,12 +224,15 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
     out = []
     horizon = info.get("horizon") or str(runs["horizon"].iloc[0])
     tokens = ok["tokens"]
+    # the horizon of the rows described (a ladder's last rung), not study.json's first rung
+    target = ok["horizon_target"].dropna() if "horizon_target" in ok else pd.Series(dtype=float)
+    target = float(target.iloc[0]) if len(target) and ok["rung"].max() > 0 else None
     if horizon == "train_flops":
-        tf = info.get("train_flops") or ok["train_flops"].median()
+        tf = target or info.get("train_flops") or ok["train_flops"].median()
         out.append(f"FLOP-matched: every run spent the same {tf:.3g} training FLOPs, so maps that apply more "
                    f"layers saw fewer tokens (from {tokens.min():,.0f} to {tokens.max():,.0f} tokens).")
     else:
-        n = info.get("tokens") or tokens.max()
+        n = target or info.get("tokens") or tokens.max()
         out.append(f"Token-matched: every run trained on the same {n:,.0f} tokens, so maps that apply more "
                    f"layers also spent more training compute.")
     if ok["rung"].max() > 0:
