@@ -94,13 +94,15 @@ def rank_by_rung(df: pd.DataFrame, metric: str = "val_loss", n_boot: int = N_BOO
 
 
 def rank_stability(df: pd.DataFrame, metric: str = "val_loss", top_metric: str = "val_ppl", alpha: float = 0.05,
-                   n_boot: int = N_BOOT, random_state=0) -> pd.DataFrame:
+                   n_boot: int = N_BOOT, random_state=0, rule: str = "hsd") -> pd.DataFrame:
     """For every pair of rungs: Kendall's tau and Spearman's rho between the candidates'
     mean ``metric`` at the two horizons, each with a 95 % bootstrap interval over seeds
     (one draw of seeds for both rungs), and the overlap of the two top groups
-    (:func:`searchmaps.stats.top_group` on ``top_metric``), over the candidates that reached
+    (:func:`searchmaps.topgroup.top_group` under ``rule``, the study's own rule, on
+    ``top_metric``), over the candidates that reached
     both rungs with the seeds they all share. One row per pair, shorter horizon first."""
-    from .stats import top_group
+    from .stats import to_matrix
+    from .topgroup import top_group
 
     values, cands, rungs, horizons, seed_ids = _cube(df, metric)
     tops, _, _, _, _ = _cube(df, top_metric) if top_metric in df.columns else (values, 0, 0, 0, 0)
@@ -122,7 +124,7 @@ def rank_stability(df: pd.DataFrame, metric: str = "val_loss", top_metric: str =
             for k in (a, b):
                 long = pd.DataFrame([{"candidate": n, "seed": seed_ids[s], "val": tops[s, cands.index(n), k]}
                                      for s in np.flatnonzero(seeds) for n in names])
-                group.append(set(top_group(long, "val", alpha=alpha)) if seeds.sum() >= 2 else set(names))
+                group.append(set(top_group(to_matrix(long, "val"), rule, alpha)) if seeds.sum() >= 2 else set(names))
             inter, union = group[0] & group[1], group[0] | group[1]
             row.update(kendall_tau=tau, kendall_tau_low=tl, kendall_tau_high=th, spearman_rho=rho,
                        spearman_rho_low=rl, spearman_rho_high=rh, top_group_a=";".join(sorted(group[0])),

@@ -589,6 +589,8 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     page = report.path.read_text()
     assert "Rank vs horizon" in page and "Loss vs horizon" in page and "Ranks by horizon" in page
     assert "Kendall" in page and "Against a paper" in page
+    last = st.iloc[-1]  # the overlaps use the report's own top-group rule
+    assert set(last["top_group_b"].split(";")) == set(report.summary.loc[report.summary["in_top_group"], "candidate"])
     assert "the same 1,600,000 tokens" in page  # the protocol names the last rung's horizon, not the first
     ag = pd.read_csv(study / "agreement.csv")
     assert list(ag["rung"]) == [0, 1, 2] and (ag["source"] == "a paper").all()

@@ -162,3 +162,22 @@ def test_the_report_warns_when_fitted_floors_sit_at_zero():
     said = floor_sentence(scaling, [5e4, 8e5])
     assert said.startswith("For 1 of 2 candidates the fitted floor E is at its bound 0: over 50k to 800k")
     assert floor_sentence(scaling.iloc[1:], [5e4, 8e5]) == ""
+
+
+def test_top_group_overlap_uses_the_rule_it_is_given():
+    """The overlaps must use the study's top-group rule (the report's), not a fixed one:
+    on these 5 seeds hsd rules out a map that Holm over all pairs keeps."""
+    from searchmaps.stats import to_matrix
+    from searchmaps.topgroup import top_group
+
+    rng = np.random.default_rng(3)
+    means = {"a": 2.0, "b": 2.02, "c": 2.03, "d": 2.04, "e": 2.05, "f": 2.3}
+    noise = {(c, s, r): rng.normal(0, 0.08) for c in means for s in range(5) for r in range(2)}
+    df = ladder_rows({c: [m + 0.5, m] for c, m in means.items()}, seeds=5, noise=noise)
+    last = df[df["rung"] == 1].assign(val=lambda d: np.exp(d["val_loss"]))
+    groups = {}
+    for rule in ("hsd", "holm"):
+        row = rank_stability(df, n_boot=50, rule=rule).iloc[0]
+        groups[rule] = row["top_group_b"]
+        assert set(row["top_group_b"].split(";")) == set(top_group(to_matrix(last, "val"), rule))
+    assert groups["hsd"] != groups["holm"]

@@ -37,11 +37,11 @@ class HorizonAnalysis:
 
 
 def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
-            n_boot: int = 1000) -> HorizonAnalysis | None:
+            n_boot: int = 1000, rule: str = "hsd") -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
     None for a study with a single horizon. ``target`` (default: the published numbers'
     horizon when study.json has one, else 10x the longest horizon) is where the fits are
-    extrapolated to."""
+    extrapolated to; ``rule`` is the top-group rule of the overlaps (the report's)."""
     rows = frame[(frame["role"] == "eval") & (frame["status"] == "ok") & np.isfinite(frame["val_loss"].astype(float))]
     rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
     if rows["rung"].nunique() < 2:
@@ -56,7 +56,7 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
     agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot) if published.get("values") else None
     return HorizonAnalysis(
         unit=unit, horizons=horizons,
-        stability=stability.rank_stability(rows, alpha=alpha, n_boot=n_boot),
+        stability=stability.rank_stability(rows, alpha=alpha, n_boot=n_boot, rule=rule),
         ranks=stability.rank_by_rung(rows, n_boot=n_boot), means=_means(rows),
         scaling=scaling, crossings=stability.crossings(scaling, boots), target=float(target),
         published=agreement, published_source=str(published.get("source", "")))

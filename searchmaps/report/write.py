@@ -157,7 +157,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                         + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
     sections = []
     ladder = horizons.analyse(records_frame(records), info, target if target is not None else info.get("target"),
-                              alpha)
+                              alpha, rule=rule)
     if ladder is not None:
         horizons.write_tables(ladder, study_dir)
         shown = set(res["top_group"]) | {res["reference"]}
