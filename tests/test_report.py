@@ -253,6 +253,27 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     assert "`1,2,1,1|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons" in text
 
 
+def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path):
+    # results/ilr-table1-rope-fairlr: the rate fitted per map (1e-3 for the six 8-pass maps,
+    # 3e-3 for the five shallow ones), cosine, 146 updates of 2,048 tokens = 299,008 tokens
+    # where 300,000 were asked.
+    folder = tmp_path / "fairlr"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-fairlr", folder)
+    write_report(folder)
+    page = html.unescape((folder / "report.html").read_text(encoding="utf-8"))
+    assert "every run trained on the same 299,008 tokens (300,000 asked, rounded to whole updates)" in page
+    assert ("Training: AdamW (β 0.9/0.999, weight decay 0.01, gradient clip 1), learning rate 1e-3 (6 maps) or "
+            "3e-3 (5 maps) (fitted per map), cosine decay to 0 after 10 % warm-up; 16 sequences × 128 tokens = "
+            "2,048 tokens per update, 146 steps; bf16 autocast on cpu.") in page
+    # a ladder: wsd with the shared warm-up in steps, one rate, the last rung's steps
+    ladder = tmp_path / "ladder"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-ladder", ladder)
+    write_report(ladder)
+    page = html.unescape((ladder / "report.html").read_text(encoding="utf-8"))
+    assert ("learning rate 1e-3, warmup-stable-decay (10 warm-up steps, constant rate, then a 20 % 1-sqrt "
+            "cooldown); 16 sequences × 128 tokens = 2,048 tokens per update, 390 steps") in page
+
+
 # ---------------------------------------------------------------------------- exact tests that cannot reject
 
 

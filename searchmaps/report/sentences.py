@@ -218,9 +218,10 @@ def cannot_reject_sentence(method: str, correction: str, families: list[tuple[st
 
 
 def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
-                       correction: str) -> list[str]:
-    """How the numbers were made: horizon, seeds, data, model, test, correction, the exact
-    tests' floor, omnibus, power."""
+                       correction: str, configs: list[dict] | None = None) -> list[str]:
+    """How the numbers were made: horizon, training recipe (from ``configs``, the rows'
+    ``RunRecord.config``), seeds, data, model, test, correction, the exact tests' floor,
+    omnibus, power."""
     out = []
     horizon = info.get("horizon") or str(runs["horizon"].iloc[0])
     tokens = ok["tokens"]
@@ -232,9 +233,19 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
         out.append(f"FLOP-matched: every run spent the same {tf:.3g} training FLOPs, so maps that apply more "
                    f"layers saw fewer tokens (from {tokens.min():,.0f} to {tokens.max():,.0f} tokens).")
     else:
-        n = target or info.get("tokens") or tokens.max()
-        out.append(f"Token-matched: every run trained on the same {n:,.0f} tokens, so maps that apply more "
-                   f"layers also spent more training compute.")
+        asked = target or info.get("tokens")
+        if tokens.nunique() == 1:
+            n = float(tokens.iloc[0])
+            whole = (f" ({asked:,.0f} asked, rounded to whole updates)"
+                     if asked and abs(float(asked) - n) >= 1 else "")
+            out.append(f"Token-matched: every run trained on the same {n:,.0f} tokens{whole}, so maps that apply "
+                       f"more layers also spent more training compute.")
+        else:
+            out.append(f"Token-matched: every run asked for the same {float(asked or tokens.max()):,.0f} tokens "
+                       f"(trained: {tokens.min():,.0f} to {tokens.max():,.0f}), so maps that apply more layers also "
+                       f"spent more training compute.")
+    if configs:
+        out.append(recipe_sentence(configs, ok))
     if ok["rung"].max() > 0:
         out.append(f"Horizon: the last rung of the study's horizon ladder (rung {ok['rung'].max()}); earlier "
                    f"rungs are in runs.csv.")
@@ -273,6 +284,58 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                    "share).")
     out += _power_sentences(res)
     return out
+
+
+def fmt_lr(x: float) -> str:
+    """``3e-3``, ``2.5e-4``: a learning rate as people write it."""
+    m, e = f"{float(x):.3e}".split("e")
+    return f"{m.rstrip('0').rstrip('.')}e{int(e)}"
+
+
+def _lr_text(rates: pd.Series) -> str:
+    """``learning rate 3e-3`` or, fitted per map, ``learning rate 1e-3 (8 maps) or 3e-3 (3 maps)``."""
+    counts = rates.value_counts()
+    if len(counts) == 1:
+        return f"learning rate {fmt_lr(counts.index[0])}"
+    parts = [f"{fmt_lr(lr)} ({n} map{'s' if n > 1 else ''})" for lr, n in sorted(counts.items())]
+    return "learning rate " + ", ".join(parts[:-1]) + f" or {parts[-1]} (fitted per map)"
+
+
+def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:
+    """The training recipe of the rows described, from their configs: optimiser, learning
+    rate(s), schedule, tokens per update, precision and device. Configurations written
+    before the schedule field existed were cosine (see :mod:`searchmaps.config`)."""
+    cfg = pd.DataFrame(configs)
+
+    def one(key, default=None):
+        vals = cfg[key].dropna().unique() if key in cfg else []
+        return vals[0] if len(vals) == 1 else default if not len(vals) else ", ".join(map(str, sorted(vals)))
+
+    per_map = cfg.assign(candidate=list(ok["candidate"])).groupby("candidate")["train.lr"].first() \
+        if "train.lr" in cfg else pd.Series(dtype=float)
+    lr = _lr_text(per_map) if len(per_map) else "learning rate not recorded"
+    schedule = one("train.schedule", "cosine")
+    warm = one("train.warmup_steps")
+    warm = (f"{int(warm)} warm-up steps" if warm is not None and not isinstance(warm, str)
+            else f"{100 * float(one('train.warmup_frac', 0.1)):g} % warm-up")
+    if schedule == "wsd":
+        shape = f"{100 * float(one('train.cooldown_frac', 0.2)):g} % {one('train.cooldown_shape', '1-sqrt')} cooldown"
+        sched = f"warmup-stable-decay ({warm}, constant rate, then a {shape})"
+    else:
+        floor = float(one("train.min_lr_frac", 0.0) or 0.0)
+        sched = f"cosine decay to {'0' if floor == 0 else f'{floor:g} of the peak'} after {warm}"
+    batch, seq = one("train.batch_size"), one("train.seq_len", one("model.seq_len"))
+    per_update = (f"{int(batch)} sequences × {int(seq)} tokens = {int(batch) * int(seq):,} tokens per update"
+                  if batch is not None and seq is not None and not isinstance(batch, str) and not isinstance(seq, str)
+                  else "batch not recorded")
+    precision, device = one("train.precision", "fp32"), one("device", "cpu")
+    prec = {"bf16": "bf16 autocast", "fp32": "fp32"}.get(str(precision), str(precision))
+    wd, clip = one("train.weight_decay", 0.01), one("train.grad_clip", 1.0)
+    steps = ok["steps"]
+    steps_text = (f"{int(steps.iloc[0]):,} steps" if steps.nunique() == 1
+                  else f"{int(steps.min()):,} to {int(steps.max()):,} steps")
+    return (f"Training: AdamW (β {one('train.beta1', 0.9):g}/{one('train.beta2', 0.999):g}, weight decay {wd:g}, "
+            f"gradient clip {clip:g}), {lr}, {sched}; {per_update}, {steps_text}; {prec} on {device}.")
 
 
 def _floor_sentences(res: dict, correction: str) -> list[str]:

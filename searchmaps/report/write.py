@@ -196,12 +196,19 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     if planning is not None:
         result.append(planning["sentence"])
     page = render_page(f"Reuse-map search: {name}", result, figures, ranking_table(summary, second_name),
-                       planned_html, protocol_sentences(info, runs, ok, res, second_name, correction),
+                       planned_html, protocol_sentences(info, runs, ok, res, second_name, correction,
+                                          _configs(records, ok)),
                        failures_table(runs), list(warnings), sections)
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return Report(path=out, summary=summary, planned=planned_df, pareto_figure=pareto, info=info,
                   warnings=warnings, planning=planning)
+
+
+def _configs(records, ok: pd.DataFrame) -> list[dict]:
+    """The configs of the rows ``ok`` describes, in its order (with ``device`` from the record)."""
+    by_id = {r.run_id: r for r in records}
+    return [{**by_id[i].config, "device": by_id[i].device or by_id[i].config.get("device")} for i in ok["run_id"]]
 
 
 def parse_effect(text: str, best_mean: float) -> float:
