@@ -42,10 +42,17 @@ def test_parameter_count_does_not_depend_on_the_map(pe):
     assert next(iter(counts.values())) == flops.param_count(tiny(pe))
 
 
-def test_ilr_small_model_size():
-    # ILR's small model: ~1.18M parameters at vocab 1024 (tied embeddings)
-    n = LoopedLM(ModelConfig(vocab_size=1024, pe="rope")).num_params()
-    assert 1.10e6 < n < 1.25e6
+@pytest.mark.parametrize("pe", PES)
+def test_ilr_small_model_size(pe):
+    # ILR's small model at vocab 1024, counted by hand: per layer q, k, v, o (4 d^2), SwiGLU
+    # (3 d * 4d) and two RMSNorm gains (2 d); tied embeddings (V d), the final norm (d), and
+    # for the learned PE a 1024-position table (1024 d). No biases (LLaMA). 1,180,800 = ILR's
+    # "≈1.18M".
+    d, layers, vocab = 128, 4, 1024
+    per_layer = 4 * d * d + 3 * d * 4 * d + 2 * d
+    expected = layers * per_layer + vocab * d + d + (1024 * d if pe == "learned" else 0)
+    assert LoopedLM(ModelConfig(vocab_size=vocab, pe=pe)).num_params() == expected
+    assert pe == "learned" or expected == 1_180_800
 
 
 @pytest.mark.parametrize("pe", PES)

@@ -48,9 +48,26 @@ def test_same_seed_same_numbers(corpus, pe, reuse):
 
 
 def test_different_seed_different_numbers(corpus):
+    import torch
+
+    from searchmaps.data import train_batches
+    from searchmaps.model import LoopedLM
+
     a = train(tiny_spec(seed=1, tokens=1024), corpus)
     b = train(tiny_spec(seed=2, tokens=1024), corpus)
-    assert a.val_loss != b.val_loss
+    assert a.status is Status.OK and b.status is Status.OK
+    assert len(a.curve) == len(b.curve) > 1
+    assert all(p["val_loss"] != q["val_loss"] for p, q in zip(a.curve, b.curve))  # every point, not only the last
+    # the seed draws both the initial weights and the data order
+    spec1, spec2 = tiny_spec(seed=1), tiny_spec(seed=2)
+    first = [next(train_batches(corpus, s.train.batch_size, s.model.seq_len, s.seed))[0] for s in (spec1, spec2)]
+    assert not torch.equal(*first)
+    weights = []
+    for s in (spec1, spec2):
+        torch.manual_seed(s.seed)
+        weights.append(LoopedLM(s.model).state_dict())
+    matrices = [k for k, w in weights[0].items() if w.dim() >= 2]
+    assert matrices and all(not torch.equal(weights[0][k], weights[1][k]) for k in matrices)
 
 
 def test_compiled_bf16_default_mode_is_deterministic(corpus):
