@@ -265,6 +265,8 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
     assert ("Training: AdamW (β 0.9/0.999, weight decay 0.01, gradient clip 1), learning rate 1e-3 (6 maps) or "
             "3e-3 (5 maps) (fitted per map), cosine decay to 0 after 10 % warm-up; 16 sequences × 128 tokens = "
             "2,048 tokens per update, 146 steps; bf16 autocast on cpu.") in page
+    lr = pd.read_csv(folder / "summary.csv").set_index("map")["lr"]  # summary.csv written once, with the rates
+    assert lr["4,2,1,1"] == 1e-3 and lr["1,1,1,1"] == 3e-3 and lr.notna().all()
     # a ladder: wsd with the shared warm-up in steps, one rate, the last rung's steps
     ladder = tmp_path / "ladder"
     shutil.copytree(ROOT / "results" / "ilr-table1-rope-ladder", ladder)

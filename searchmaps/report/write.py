@@ -107,6 +107,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         summary["rule_gap"] = summary["candidate"].map(detail["gap"])
         summary["rule_allowance"] = detail["bound"]
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
+    tuned = tuning.tuning_table(records_frame(records))
+    if tuned is not None:
+        summary["lr"] = summary["candidate"].map(tuned[tuned["chosen"]].set_index("candidate")["lr"])
     atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
 
     pairs = resolve_planned(planned if planned is not None else info.get("planned"), ok, cands)
@@ -171,12 +174,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                      "on resampled seeds (scaling.csv).")]
         result += horizons.sentences(ladder)
         sections.append(("Ranks by horizon", horizons.table(ladder)))
-    tuned = tuning.tuning_table(records_frame(records))
     if tuned is not None:
         result += tuning.sentences(tuned, records_frame(records))
         sections.append(("Learning rates fitted per map", tuning.section(tuned)))
-        summary["lr"] = summary["candidate"].map(tuned[tuned["chosen"]].set_index("candidate")["lr"])
-        atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
         atomic_write_text(study_dir / "tuning.csv", tuned.to_csv(index=False))
     scores = supernet.load(study_dir)
     if scores is not None:
