@@ -268,12 +268,16 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
     lr = pd.read_csv(folder / "summary.csv").set_index("map")["lr"]  # summary.csv written once, with the rates
     assert lr["4,2,1,1"] == 1e-3 and lr["1,1,1,1"] == 3e-3 and lr.notna().all()
     # a ladder: wsd with the shared warm-up in steps, one rate, the last rung's steps
-    ladder = tmp_path / "ladder"
-    shutil.copytree(ROOT / "results" / "ilr-table1-rope-ladder", ladder)
-    write_report(ladder)
-    page = html.unescape((ladder / "report.html").read_text(encoding="utf-8"))
+    from searchmaps.report.sentences import recipe_sentence
+    from searchmaps.report.summary import last_horizon, load_runs, successful
+    from searchmaps.report.write import _configs
+    from searchmaps.results import records_frame
+
+    records = load_runs(ROOT / "results" / "ilr-table1-rope-ladder")
+    ok = successful(last_horizon(records_frame(records)))
     assert ("learning rate 1e-3, warmup-stable-decay (10 warm-up steps, constant rate, then a 20 % 1-sqrt "
-            "cooldown); 16 sequences × 128 tokens = 2,048 tokens per update, 390 steps") in page
+            "cooldown); 16 sequences × 128 tokens = 2,048 tokens per update, 390 steps") in recipe_sentence(
+        _configs(records, ok), ok)
 
 
 # ---------------------------------------------------------------------------- exact tests that cannot reject
