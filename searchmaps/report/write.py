@@ -75,8 +75,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     ``study_dir``; the report describes the study's last horizon (see
     :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
     bonferroni (why: :mod:`searchmaps.stats`). A study trained on a ladder of horizons
-    also gets ``stability.csv``, ``scaling.csv`` (and ``agreement.csv`` when the space has
-    published numbers) and the horizon section
+    also gets ``stability.csv``, ``scaling.csv``, ``gap_trend.csv`` (with a baseline; and
+    ``agreement.csv`` when the space has published numbers) and the horizon section
     (:mod:`searchmaps.report.horizons`), extrapolated to ``target`` (default: study.json's
     ``target``, else the published numbers' horizon, else 10x the longest horizon).
     Raises :class:`ReportError` (one line) on unusable input or settings."""
@@ -157,7 +157,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                         + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
     sections = []
     ladder = horizons.analyse(records_frame(records), info, target if target is not None else info.get("target"),
-                              alpha, rule=rule)
+                              alpha, rule=rule, reference=res["reference"])
     if ladder is not None:
         horizons.write_tables(ladder, study_dir)
         shown = set(res["top_group"]) | {res["reference"]}
