@@ -240,18 +240,18 @@ def misfit_sentence(scaling: pd.DataFrame, reference: str | None) -> str:
     """How far the fits miss the data at the longest horizons, against the gaps to the
     baseline they would extrapolate."""
     fitted = scaling[np.isfinite(scaling["E"]) & np.isfinite(scaling["residual_tail"])]
-    if fitted.empty or fitted["residual_tail"].max() <= 0 or reference is None:
+    if fitted.empty or reference is None:
         return ""
     gaps = fitted[fitted["gap_to_reference"].notna()]
     over = gaps[gaps["residual_exceeds_gap"].astype(bool)]
-    lo, hi = fitted["residual_tail"].min(), fitted["residual_tail"].max()
-    text = (f"At the two longest horizons the fits miss the measured means by {lo:.3f} to {hi:.3f} nats; the gaps to "
-            f"the baseline `{reference}` there are {gaps['gap_to_reference'].abs().min():.3f} to "
-            f"{gaps['gap_to_reference'].abs().max():.3f}.")
     if over.empty:
-        return text
-    return text + (f" For {len(over)} of {len(gaps)} maps the miss (theirs or the baseline's) is at least the gap, "
-                   f"so their fits cannot say where that gap goes (scaling.csv: residual_tail, residual_exceeds_gap).")
+        return ""
+    lo, hi = fitted["residual_tail"].min(), fitted["residual_tail"].max()
+    return (f"At the two longest horizons the fits miss the measured means by {lo:.3f} to {hi:.3f} nats; the gaps to "
+            f"the baseline `{reference}` there are {gaps['gap_to_reference'].abs().min():.3f} to "
+            f"{gaps['gap_to_reference'].abs().max():.3f}. For {len(over)} of {len(gaps)} maps the miss (theirs or the "
+            f"baseline's) is at least the gap, so their fits cannot say where that gap goes (scaling.csv: "
+            f"residual_tail, residual_exceeds_gap).")
 
 
 def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
@@ -271,12 +271,14 @@ def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
            f"{len(t)} maps and widens for {len(widen)} (nats per doubling; gap_trend.csv)."]
     closing = narrow.sort_values("closes_at").head(3)
     if len(closing):
+        far = lambda x: ("never" if not np.isfinite(x) else  # noqa: E731
+                         "beyond 1000× the target" if x > 1000 * t["target"].iloc[0] else f"{_h(x)} {unit}")
         out.append("At its measured rate the gap would close at " + "; ".join(
-            f"{_h(r.closes_at)} {unit} for `{r.candidate}` (gap {_nats(r.gap_last)} at {_h(r.horizon_last)}, "
+            f"{far(r.closes_at)} for `{r.candidate}` (gap {_nats(r.gap_last)} at {_h(r.horizon_last)}, "
             f"{_nats(r.slope)} per doubling, 95 % CI {_nats(r.slope_low)} to {_nats(r.slope_high)}; closing at "
-            f"{_h(r.closes_at_low)} to {_h(r.closes_at_high) if np.isfinite(r.closes_at_high) else 'never'}; the "
-            f"last doubling alone {_nats(r.change_last)}, CI {_nats(r.change_last_low)} to {_nats(r.change_last_high)})"
-            for r in closing.itertuples()) + ".")
+            f"{far(r.closes_at_low)} to {far(r.closes_at_high)}; the last doubling alone {_nats(r.change_last)}, "
+            f"CI {_nats(r.change_last_low)} to {_nats(r.change_last_high)})"
+            for r in closing.itertuples()) + f" (the target: {_h(t['target'].iloc[0])}).")
     all_narrow = t[(toward * t["slope_all_low"] > 0) & (toward * t["slope_all_high"] > 0)]
     out.append(f"Over all horizons ({_h(t['horizon_first'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}) the same "
                f"regression gives slopes {_nats(t['slope_all'].min())} to {_nats(t['slope_all'].max())} per doubling, "
