@@ -375,6 +375,7 @@ def corrupt(kind: str, folder: Path) -> None:
     (["{good}", "--correction", "none"], "--correction must be one of holm, bonferroni"),
     (["{good}", "--planned", "9,9/1,1"], "--planned"),
     (["{good}", "--planned", "2,1"], "--planned"),
+    (["{good}", "--published-sd", "-1"], "--published-sd must be 0 or more"),
     (["{binary}"], "binary bytes"),
     (["{not_a_number}"], "runs.csv:2: column 'val_ppl' holds 'twelve', not a number"),
     (["{empty_study_json}"], "study.json is damaged"),
@@ -605,10 +606,10 @@ def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trend
     from helpers import ladder_results, make_ladder_study
 
     horizons, by_rung = ladder_results()
-    published = {"source": "a paper", "tokens": 100_000_000, "sd": 0.4,
+    published = {"source": "a paper", "tokens": 100_000_000, "sd": 0.3,
                  "values": {"1,1,1,1|rope": 15.0, "2,1,1,1|rope": 14.0, "1,2,1,1|rope": 14.5, "4,2,1,1|rope": 13.0}}
     study = make_ladder_study(tmp_path / "lad", horizons, by_rung, published)
-    page = write_report(study).path.read_text()
+    page = write_report(study, published_sd=0.4).path.read_text()  # --published-sd wins over study.json's
     assert "Confirmatory: the last horizon, 1.6M tokens" in page and "are descriptive" in page
     trend = pd.read_csv(study / "gap_trend.csv").set_index("candidate")
     assert set(trend.index) == {"1,2,1,1|rope", "2,1,1,1|rope", "2,2,1,1|rope", "4,2,1,1|rope"}
@@ -624,6 +625,12 @@ def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trend
     assert "Holm-adjusted p" in page and "assumed N(0, 0.4)" in page
     assert "Measured, not fitted" in page and "Second opinion, one floor E shared" in page
     assert "resamples 4 seeds: from so few a percentile bootstrap is too narrow" in page
+    from searchmaps.report import horizons as report_horizons
+    from searchmaps.report.summary import load_info, load_runs
+    from searchmaps.results import records_frame
+
+    again = report_horizons.analyse(records_frame(load_runs(study)), load_info(study), n_boot=20)
+    assert (again.published["reference_sd"] == 0.3).all()  # study.json's published.sd, without the option
 
 
 def test_horizon_sentences_claim_nothing_from_fits_on_a_bound():

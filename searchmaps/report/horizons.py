@@ -45,14 +45,15 @@ class HorizonAnalysis:
 
 
 def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
-            n_boot: int = 1000, rule: str = "hsd", reference: str | None = None) -> HorizonAnalysis | None:
+            n_boot: int = 1000, rule: str = "hsd", reference: str | None = None,
+            published_sd: float | None = None) -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
     None for a study with a single horizon. ``target`` (default: the published numbers'
     horizon when study.json has one, else 10x the longest horizon) is where the fits are
     extrapolated to; ``rule`` is the top-group rule of the overlaps (the report's);
-    ``reference`` the baseline whose gaps the fits and trends are judged by. The
-    published numbers' assumed seed sd is study.json's ``published.sd``, else
-    :data:`searchmaps.stability.PUBLISHED_SD`."""
+    ``reference`` the baseline whose gaps the fits and trends are judged by;
+    ``published_sd`` the seed sd assumed in the published numbers (default: study.json's
+    ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`)."""
     rows = frame[(frame["role"] == "eval") & (frame["status"] == "ok") & np.isfinite(frame["val_loss"].astype(float))]
     rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
     if rows["rung"].nunique() < 2:
@@ -75,7 +76,7 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
                                 on="candidate", how="left")
     agreement = None
     if published.get("values"):
-        sd = float(published.get("sd", stability.PUBLISHED_SD))
+        sd = float(published_sd if published_sd is not None else published.get("sd", stability.PUBLISHED_SD))
         agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot, reference_sd=sd)
     return HorizonAnalysis(
         unit=unit, horizons=horizons,
@@ -154,8 +155,8 @@ def seeds_sentence(a: HorizonAnalysis) -> str:
     if n < 2 or not stability.few_seeds(n):
         return ""
     return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow (for "
-            f"a mean it covers about {stability.bootstrap_coverage(n):.0%}, not 95 %; it needs "
-            f"{_fewest_seeds()} seeds to reach {stability.MIN_COVERAGE:.0%}), so read them as lower bounds on the "
+            f"a mean it covers about {100 * stability.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
+            f"{_fewest_seeds()} seeds to reach {100 * stability.MIN_COVERAGE:.0f} %), so read them as lower bounds on the "
             f"uncertainty (few_seeds in the csv files).")
 
 
