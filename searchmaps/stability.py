@@ -538,7 +538,8 @@ def paired_gap_at_target(table: pd.DataFrame, boots: dict[str, np.ndarray], refe
             continue
         d = boots[name] - boots[reference]
         lo, hi = _interval(d)
-        rows.append({"candidate": name, f"{prefix}_gap_at_target": float(t.loc[name, column] - t.loc[reference, column]),
+        gap = float(t.loc[name, column] - t.loc[reference, column])
+        rows.append({"candidate": name, f"{prefix}_gap_at_target": gap,
                      f"{prefix}_gap_at_target_low": lo, f"{prefix}_gap_at_target_high": hi})
     return pd.DataFrame(rows, columns=["candidate", f"{prefix}_gap_at_target", f"{prefix}_gap_at_target_low",
                                        f"{prefix}_gap_at_target_high"])

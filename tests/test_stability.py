@@ -299,7 +299,8 @@ def test_a_shared_floor_fit_recovers_the_floor_and_says_when_it_is_at_its_bound(
     table, boots = shared_floor(df, target=5e8, n_boot=30)
     assert (table["shared_at_bound"] == "").all() and table["shared_E"].iloc[0] == pytest.approx(1.5 + 0.02, abs=0.01)
     assert (table["shared_prediction_low"] <= table["shared_prediction"] + 1e-9).all()
-    steep = _laws_rows({"a": (0.0, 40.0, 0.35), "b": (0.0, 80.0, 0.40)}, list(hs), bump={("a", 4): -0.1, ("b", 4): -0.1})
+    steep = _laws_rows({"a": (0.0, 40.0, 0.35), "b": (0.0, 80.0, 0.40)}, list(hs),
+                       bump={("a", 4): -0.1, ("b", 4): -0.1})
     table, _ = shared_floor(steep, target=5e8, n_boot=10)
     assert (table["shared_at_bound"] == "E=0").all()
 

@@ -143,8 +143,8 @@ def _nats(x: float) -> str:
 
 def family_sentence(a: HorizonAnalysis) -> str:
     """Which horizon is confirmatory (the pre-specified last rung) and which are descriptive."""
-    return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, the ladder's pre-specified last rung — the "
-            f"top group, the tests and the planned comparisons (their own family) above are made there. The ranks, "
+    return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, the ladder's pre-specified last rung — "
+            f"the top group, the tests and the planned comparisons (their own family) above are made there. The ranks, "
             f"top groups and τ at the {len(a.horizons) - 1} shorter horizons below are descriptive, and a p-value "
             f"repeated at every horizon is Holm-adjusted across the {len(a.horizons)}.")
 
@@ -154,10 +154,10 @@ def seeds_sentence(a: HorizonAnalysis) -> str:
     n = int(a.stability["n_seeds"].min()) if len(a.stability) else 0
     if n < 2 or not stability.few_seeds(n):
         return ""
-    return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow (for "
-            f"a mean it covers about {100 * stability.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
-            f"{_fewest_seeds()} seeds to reach {100 * stability.MIN_COVERAGE:.0f} %), so read them as lower bounds on the "
-            f"uncertainty (few_seeds in the csv files).")
+    return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow "
+            f"(for a mean it covers about {100 * stability.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
+            f"{_fewest_seeds()} seeds to reach {100 * stability.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
+            f"the uncertainty (few_seeds in the csv files).")
 
 
 def _fewest_seeds() -> int:
@@ -230,8 +230,8 @@ def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: f
                    f"by at least the pair's gap: no crossover is claimed from them.")
     if ok.empty and weak.empty:
         if unsound:
-            out.append(f"{head} keeps today's order, but {unsound} of {len(fitted)} fits sit on a bound or miss the data "
-                       f"by at least their gap to the baseline, so that is no evidence the order holds either.")
+            out.append(f"{head} keeps today's order, but {unsound} of {len(fitted)} fits sit on a bound or miss the "
+                       f"data by at least their gap to the baseline, so that is no evidence the order holds either.")
         else:
             out.append(f"{head} predicts no change of order among candidates that reached the last horizon.")
     return out
