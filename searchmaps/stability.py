@@ -351,8 +351,8 @@ def fit_shared_floor(horizons, means) -> tuple[float, np.ndarray, np.ndarray] | 
     ``L_j(D) = E + A_j D^-alpha_j`` through ``means[candidate, rung]`` (NaN where a
     candidate did not reach a rung; candidates with fewer than 2 rungs are left out,
     their A and alpha NaN), with :func:`fit_power_law`'s bounds (``0 <= E <= min``). A
-    second opinion on per-candidate fits: it spends 2K + 1 parameters on 5K points where
-    those spend 3K, and a floor the maps share is the usual assumption of scaling laws
+    second opinion on per-candidate fits: it spends 2K + 1 parameters on K candidates'
+    points where those spend 3K, and a floor the maps share is the usual assumption of scaling laws
     (the data set's entropy). A in the horizons' own units. None when it fails."""
     h = np.asarray(horizons, dtype=float)
     y = np.asarray(means, dtype=float)
@@ -373,6 +373,7 @@ def fit_shared_floor(horizons, means) -> tuple[float, np.ndarray, np.ndarray] | 
         slope = _slope(lx, ly)
         slope = slope if np.isfinite(slope) else -0.5
         a0[j], al0[j] = math.exp(float(np.mean(ly - slope * lx))), float(np.clip(-slope, 0.01, 2.9))
+
     def resid(theta):
         e, a, al = theta[0], theta[1:k + 1], theta[k + 1:]
         return (e + a[:, None] * np.power(x[None, :], -al[:, None]))[mask] - ys[mask]

@@ -144,7 +144,7 @@ def _nats(x: float) -> str:
 def family_sentence(a: HorizonAnalysis) -> str:
     """Which horizon is confirmatory (the pre-specified last rung) and which are descriptive."""
     return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, the ladder's pre-specified last rung — "
-            f"the top group, the tests and the planned comparisons (their own family) above are made there. The ranks, "
+            f"the top group, the tests and any planned comparisons (their own family) above are made there. The ranks, "
             f"top groups and τ at the {len(a.horizons) - 1} shorter horizons below are descriptive, and a p-value "
             f"repeated at every horizon is Holm-adjusted across the {len(a.horizons)}.")
 
