@@ -402,6 +402,7 @@ def corrupt(kind: str, folder: Path) -> None:
     (["{good}", "--correction", "none"], "--correction must be one of holm, bonferroni"),
     (["{good}", "--planned", "9,9/1,1"], "--planned"),
     (["{good}", "--planned", "2,1"], "--planned"),
+    (["{good}", "--published-sd", "-1"], "--published-sd must be 0 or more"),
     (["{binary}"], "binary bytes"),
     (["{not_a_number}"], "runs.csv:2: column 'val_ppl' holds 'twelve', not a number"),
     (["{empty_study_json}"], "study.json is damaged"),
@@ -625,3 +626,68 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     assert "predicts" in page  # the deep map is predicted to pass others (or the page says no change)
     # the report's own analysis is at the last horizon
     assert set(report.summary["candidate"]) == set(by_rung[2])
+
+
+def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trends(tmp_path):
+    import pandas as pd
+    from helpers import ladder_results, make_ladder_study
+
+    horizons, by_rung = ladder_results()
+    published = {"source": "a paper", "tokens": 100_000_000, "sd": 0.3,
+                 "values": {"1,1,1,1|rope": 15.0, "2,1,1,1|rope": 14.0, "1,2,1,1|rope": 14.5, "4,2,1,1|rope": 13.0}}
+    study = make_ladder_study(tmp_path / "lad", horizons, by_rung, published)
+    page = write_report(study, published_sd=0.4).path.read_text()  # --published-sd wins over study.json's
+    assert "Confirmatory: the last horizon, 1.6M tokens" in page and "are descriptive" in page
+    trend = pd.read_csv(study / "gap_trend.csv").set_index("candidate")
+    assert set(trend.index) == {"1,2,1,1|rope", "2,1,1,1|rope", "2,2,1,1|rope", "4,2,1,1|rope"}
+    assert (trend["reference"] == "1,1,1,1|rope").all() and trend["few_seeds"].all()  # 4 seeds
+    deep = trend.loc["4,2,1,1|rope"]  # starts far behind and gains fast: its gap closes soon after 1.6M
+    assert deep["slope_high"] < 0 and 1.6e6 < deep["closes_at"] < 1e8 and deep["closes_before_target"]
+    assert deep["fit_gap_at_target_low"] <= deep["fit_gap_at_target"] <= deep["fit_gap_at_target_high"]
+    sc = pd.read_csv(study / "scaling.csv")
+    assert {"at_bound", "residual_tail", "defensible", "shared_E", "shared_prediction"} <= set(sc.columns)
+    ag = pd.read_csv(study / "agreement.csv")
+    assert (ag["reference_sd"] == 0.4).all() and list(ag["confirmatory"]) == [False, False, True]
+    assert (ag["p_holm"] >= ag["p_value"]).all()
+    assert "Holm-adjusted p" in page and "assumed N(0, 0.4)" in page
+    assert "Measured, not fitted" in page and "Second opinion, one floor E shared" in page
+    assert "resamples 4 seeds: from so few a percentile bootstrap is too narrow" in page
+    from searchmaps.report import horizons as report_horizons
+    from searchmaps.report.summary import load_info, load_runs
+    from searchmaps.results import records_frame
+
+    again = report_horizons.analyse(records_frame(load_runs(study)), load_info(study), n_boot=20)
+    assert (again.published["reference_sd"] == 0.3).all()  # study.json's published.sd, without the option
+
+
+def test_horizon_sentences_claim_nothing_from_fits_on_a_bound():
+    import pandas as pd
+    from searchmaps.report.horizons import misfit_sentence, shared_floor_sentences
+
+    scaling = pd.DataFrame({"candidate": ["ref", "a", "b"], "E": [0.0, 0.0, 0.0],
+                            "residual_tail": [0.04, 0.08, 0.05], "gap_to_reference": [np.nan, 0.084, 0.006],
+                            "residual_exceeds_gap": [pd.NA, False, True], "shared_E": [1e-16] * 3,
+                            "shared_at_bound": ["E=0"] * 3})
+    said = misfit_sentence(scaling, "ref")
+    assert said.startswith("At the two longest horizons the fits miss the measured means by 0.040 to 0.080 nats")
+    assert "For 1 of 2 maps the miss" in said
+    assert misfit_sentence(scaling.assign(residual_exceeds_gap=[pd.NA, False, False]), "ref") == ""
+    trend = pd.DataFrame({"candidate": ["a", "b"], "reference": "ref", "shared_gap_at_target": [-0.01, 0.02],
+                          "shared_gap_at_target_low": [-0.02, 0.01], "shared_gap_at_target_high": [0.001, 0.03]})
+    (bound,) = shared_floor_sentences(scaling, trend, 5e8, "tokens")
+    assert "on its bound (E=0)" in bound and "supports no crossover claim" in bound and "ahead" not in bound
+    (free,) = shared_floor_sentences(scaling.assign(shared_E=1.2, shared_at_bound=""), trend, 5e8, "tokens")
+    assert "E = 1.2 nats; at 500M tokens it puts 1 map still behind the baseline `ref`" in free
+    assert "level with it (interval spans 0): `a` -0.010 (-0.020 to +0.001)" in free
+
+
+def test_the_tuning_sentence_says_the_chosen_rates_are_confirmatory():
+    import pandas as pd
+    from searchmaps.report import tuning
+
+    frame = pd.DataFrame([{"candidate": c, "lr": lr, "seed": s, "role": role, "status": "ok", "val_loss": 2.0 + lr,
+                           "wall_s": 1.0, "rung": 0}
+                          for c in ("a", "b") for lr in (1e-3, 3e-3) for s, role in ((10, "tuning"), (0, "eval"))
+                          if role == "tuning" or lr == 1e-3])
+    said = tuning.sentences(tuning.tuning_table(frame), frame)[0]
+    assert "2 maps got 0.001" in said and "confirmatory at the chosen rates" in said and "descriptive" in said

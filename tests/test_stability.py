@@ -181,3 +181,164 @@ def test_top_group_overlap_uses_the_rule_it_is_given():
         groups[rule] = row["top_group_b"]
         assert set(row["top_group_b"].split(";")) == set(top_group(to_matrix(last, "val"), rule))
     assert groups["hsd"] != groups["holm"]
+
+
+# ---------------------------------------------------------------------------- extrapolation you can defend
+
+
+def _laws_rows(laws: dict, horizons, seeds: int = 5, bump=None, sd: float = 0.0, rng=None):
+    """Rows for ``laws[candidate] = (E, A, alpha)`` at ``horizons``, seed offsets shared;
+    ``bump[(candidate, rung)]`` is added to that point, ``sd`` is independent seed noise."""
+    out = []
+    for c, (e, a, al) in laws.items():
+        for r, h in enumerate(horizons):
+            for s in range(seeds):
+                v = e + a * h ** -al + 0.01 * s + (bump or {}).get((c, r), 0.0)
+                v += sd * rng.standard_normal() if sd else 0.0
+                out.append({"candidate": c, "seed": s, "rung": r, "horizon_target": h, "val_loss": v,
+                            "val_ppl": math.exp(v)})
+    return pd.DataFrame(out)
+
+
+def test_a_fit_pinned_at_its_bound_yields_no_crossover_sentence():
+    """b is worse now and, by its fitted curve, better at the target. With b's own curve
+    (floor 1.0) the crossing is claimed; when b's last point steepens so that its floor
+    goes to the bound 0 (left free it would go negative), the same crossing is not claimed."""
+    from searchmaps.report.horizons import crossing_sentences
+
+    free = _laws_rows({"a": (2.0, 40.0, 0.35), "b": (1.0, 150.0, 0.30)}, HORIZONS)
+    table, boots = extrapolate(free, target=1e8, n_boot=100)
+    cross = crossings(table, boots)
+    assert table.set_index("candidate").loc["b", "at_bound"] == "" and cross["defensible"].all()
+    said = " ".join(crossing_sentences(table, cross, 1e8, "tokens"))
+    assert "predicts `b` passing `a`" in said
+
+    pinned = _laws_rows({"a": (2.0, 40.0, 0.35), "b": (0.0, 300.0, 0.30)}, HORIZONS, bump={("b", 2): -0.05})
+    table, boots = extrapolate(pinned, target=1e8, n_boot=100)
+    t = table.set_index("candidate")
+    assert t.loc["b", "at_bound"] == "E=0" and not t.loc["b", "defensible"] and t.loc["b", "residual_tail"] > 0.005
+    (row,) = crossings(table, boots).itertuples()
+    assert (row.better_now, row.worse_now) == ("a", "b") and not row.defensible  # the fits do cross ...
+    said = " ".join(crossing_sentences(table, crossings(table, boots), 1e8, "tokens"))
+    assert "passing" not in said and "predicts" not in said  # ... but nothing is claimed from them
+    assert "no crossover is claimed" in said
+
+
+def test_a_fit_that_misses_the_data_by_more_than_its_gap_is_flagged():
+    """c sits 0.01 nats behind the baseline but wiggles by 0.05 at the last two horizons:
+    its fit misses the data by more than the gap. d sits 0.5 behind, smoothly: its fit holds."""
+    hs = [5e4, 1e5, 2e5, 4e5, 8e5]
+    base = (2.0, 30.0, 0.3)
+    laws = {"ref": base, "c": (2.01, 30.0, 0.3), "d": (2.5, 30.0, 0.3)}
+    table, _ = extrapolate(_laws_rows(laws, hs, bump={("c", 3): 0.05, ("c", 4): -0.05}), target=5e8, n_boot=50,
+                           reference="ref")
+    t = table.set_index("candidate")
+    assert t.loc["c", "residual_tail"] > 0.01 and t.loc["c", "residual_exceeds_gap"]
+    assert not t.loc["c", "defensible"]
+    assert t.loc["d", "gap_to_reference"] == pytest.approx(0.5, abs=1e-6)
+    assert t.loc["d", "residual_tail"] < 1e-4 and not t.loc["d", "residual_exceeds_gap"] and t.loc["d", "defensible"]
+    assert pd.isna(t.loc["ref", "residual_exceeds_gap"]) and t.loc["ref", "defensible"]
+
+
+def test_the_gap_trend_by_hand():
+    """Gaps on a doubling ladder: c narrows by 0.04 per doubling from 0.08 (closes two
+    doublings after 800k, at 3.2M); d widens (never closes); e rose then fell, so its trend
+    over the last three horizons (-0.1) differs from the one over all four (+0.02)."""
+    from searchmaps.stability import gap_trend
+
+    hs = [1e5, 2e5, 4e5, 8e5]
+    gaps = {"c": [0.20, 0.16, 0.12, 0.08], "d": [0.01, 0.02, 0.03, 0.04], "e": [0.0, 0.3, 0.2, 0.1]}
+    rows = [{"candidate": "ref", "seed": s, "rung": r, "horizon_target": h, "val_loss": 3.0 - 0.1 * r + 0.01 * s}
+            for r, h in enumerate(hs) for s in range(4)]
+    rows += [{"candidate": c, "seed": s, "rung": r, "horizon_target": h, "val_loss": 3.0 - 0.1 * r + 0.01 * s + g[r]}
+             for c, g in gaps.items() for r, h in enumerate(hs) for s in range(4)]
+    t = gap_trend(pd.DataFrame(rows), "ref", target=5e8, n_boot=100).set_index("candidate")
+    assert set(t.index) == {"c", "d", "e"} and (t["reference"] == "ref").all()
+    assert t.loc["c", "slope"] == pytest.approx(-0.04) and t.loc["c", "slope_all"] == pytest.approx(-0.04)
+    assert t.loc["c", "change_last"] == pytest.approx(-0.04) and t.loc["c", "gap_last"] == pytest.approx(0.08)
+    assert t.loc["c", "closes_at"] == pytest.approx(3.2e6) and t.loc["c", "closes_before_target"]
+    assert t.loc["c", "closes_at_low"] == pytest.approx(3.2e6) and t.loc["c", "closes_at_high"] == pytest.approx(3.2e6)
+    assert t.loc["d", "slope"] == pytest.approx(0.01) and math.isinf(t.loc["d", "closes_at"])
+    assert math.isinf(t.loc["d", "closes_at_high"]) and not t.loc["d", "closes_before_target"]
+    assert t.loc["e", "slope"] == pytest.approx(-0.1) and t.loc["e", "slope_all"] == pytest.approx(0.02)
+    assert t.loc["e", "trend_from"] == 2e5 and t.loc["e", "closes_at"] == pytest.approx(1.6e6)
+    assert t["few_seeds"].all()  # 4 seeds
+
+
+def test_the_gap_trend_interval_is_over_paired_seeds():
+    """Seed noise in the gap opens the slope's interval around the true -0.04; noise the
+    map and the baseline share (the seed offsets) does not."""
+    from searchmaps.stability import gap_trend
+
+    rng = np.random.default_rng(5)
+    hs = [1e5, 2e5, 4e5, 8e5]
+    rows = []
+    for s in range(10):
+        shared = rng.normal(0, 0.5, len(hs))  # a seed's draw moves both maps alike
+        for r, h in enumerate(hs):
+            rows.append({"candidate": "ref", "seed": s, "rung": r, "horizon_target": h, "val_loss": 3 + shared[r]})
+            rows.append({"candidate": "c", "seed": s, "rung": r, "horizon_target": h,
+                         "val_loss": 3 + shared[r] + 0.2 - 0.04 * r + rng.normal(0, 0.01)})
+    row = gap_trend(pd.DataFrame(rows), "ref", target=5e8, n_boot=400).iloc[0]
+    assert row["slope_low"] < row["slope"] < row["slope_high"]
+    assert row["slope"] == pytest.approx(-0.04, abs=0.005)  # unpaired, the 0.5 seed draws would swamp it
+    assert 0 < row["slope_high"] - row["slope_low"] < 0.02
+    assert row["closes_at_low"] < row["closes_at"] < row["closes_at_high"] and not row["few_seeds"]
+
+
+def test_a_shared_floor_fit_recovers_the_floor_and_says_when_it_is_at_its_bound():
+    from searchmaps.stability import fit_shared_floor, shared_floor
+
+    hs = np.array([5e4, 1e5, 2e5, 4e5, 8e5])
+    laws = [(1.5, 40.0, 0.35), (1.5, 80.0, 0.40), (1.5, 20.0, 0.30)]
+    means = np.array([[e + a * h ** -al for h in hs] for e, a, al in laws])
+    e, a, al = fit_shared_floor(hs, means)
+    assert e == pytest.approx(1.5, abs=1e-4)
+    assert a == pytest.approx([40, 80, 20], rel=1e-3) and al == pytest.approx([0.35, 0.40, 0.30], rel=1e-3)
+    df = _laws_rows({"a": laws[0], "b": laws[1], "c": laws[2]}, list(hs))
+    table, boots = shared_floor(df, target=5e8, n_boot=30)
+    assert (table["shared_at_bound"] == "").all() and table["shared_E"].iloc[0] == pytest.approx(1.5 + 0.02, abs=0.01)
+    assert (table["shared_prediction_low"] <= table["shared_prediction"] + 1e-9).all()
+    steep = _laws_rows({"a": (0.0, 40.0, 0.35), "b": (0.0, 80.0, 0.40)}, list(hs),
+                       bump={("a", 4): -0.1, ("b", 4): -0.1})
+    table, _ = shared_floor(steep, target=5e8, n_boot=10)
+    assert (table["shared_at_bound"] == "E=0").all()
+
+
+def test_tau_against_a_published_ranking_carries_its_noise_and_holm_across_horizons():
+    """Quiet seeds and published values 0.1 apart: with no published noise every resample
+    keeps tau = 1; with the noise a single seed has (sd 0.3 here) the interval opens,
+    while the seeds-only interval stays at 1. The p-values are Holm-adjusted across rungs."""
+    from searchmaps.stats import adjust_pvalues
+
+    published = {c: 10.0 + 0.1 * i for i, c in enumerate("abcdef")}
+    rows = pd.DataFrame([{"candidate": c, "seed": s, "rung": r, "horizon_target": h,
+                          "val_loss": 2.0 + 0.1 * i + (0.3 * (i % 2) if r == 0 else 0.0) + 0.001 * s}
+                         for i, c in enumerate("abcdef") for s in range(5) for r, h in enumerate([1e5, 2e5, 4e5])])
+    exact = agreement_with(rows, published, n_boot=200, reference_sd=0.0)
+    noisy = agreement_with(rows, published, n_boot=200, reference_sd=0.3)
+    assert exact.loc[2, "kendall_tau"] == pytest.approx(1) and exact.loc[2, "kendall_tau_low"] == pytest.approx(1)
+    assert noisy.loc[2, "kendall_tau"] == pytest.approx(1) and noisy.loc[2, "kendall_tau_low"] < 0.8
+    assert noisy.loc[2, "kendall_tau_low_seeds"] == pytest.approx(1) and (noisy["reference_sd"] == 0.3).all()
+    assert list(noisy["confirmatory"]) == [False, False, True]
+    assert noisy["p_holm"].to_numpy() == pytest.approx(adjust_pvalues(noisy["p_value"].to_numpy(), "holm"))
+    assert (noisy["p_holm"] >= noisy["p_value"]).all() and (noisy["p_holm"] > noisy["p_value"]).any()
+    assert noisy["few_seeds"].all()
+
+
+def test_bootstrap_coverage_with_few_seeds_matches_simulation():
+    """The percentile bootstrap of a mean over n normal seeds covers what
+    :func:`bootstrap_coverage` says (about 0.85 with 5 seeds), and intervals from fewer
+    than 10 seeds are flagged."""
+    from searchmaps.stability import bootstrap_coverage, few_seeds
+
+    rng = np.random.default_rng(0)
+    n, studies, boots = 5, 3000, 1000
+    x = rng.standard_normal((studies, n))
+    idx = rng.integers(0, n, size=(boots, n))
+    means = x[:, idx].mean(axis=2)  # (studies, boots)
+    lo, hi = np.percentile(means, [2.5, 97.5], axis=1)
+    covered = float(((lo <= 0) & (0 <= hi)).mean())
+    assert bootstrap_coverage(5) == pytest.approx(0.846, abs=0.002)
+    assert covered == pytest.approx(bootstrap_coverage(5), abs=0.025)  # MC SE 0.007; bootstrap discreteness
+    assert few_seeds(3) and few_seeds(5) and few_seeds(9) and not few_seeds(10) and not few_seeds(30)

@@ -39,12 +39,16 @@ def main(argv: list[str] | None = None) -> int:
                    help="a ladder study's horizon to extrapolate the fitted curves to (tokens, or training FLOPs "
                         "for a FLOP-matched ladder; default: study.json's target, else the published numbers' "
                         "horizon, else 10x the longest)")
+    p.add_argument("--published-sd", type=float, default=None, metavar="SD",
+                   help="seed sd assumed in a published single-seed ranking, in its unit (perplexity), added to τ's "
+                        "interval against it (default: study.json's published.sd, else 0.25: ILR's 0.2-0.3)")
     p.add_argument("--no-attach", action="store_true", help="do not attach the figure to the Optuna study")
     args = p.parse_args(argv)
     try:
         report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
                               reference=args.reference, planned=args.planned, target=args.target_tokens,
-                              rule=args.top_group, target_effect=args.target_effect)
+                              rule=args.top_group, target_effect=args.target_effect,
+                              published_sd=args.published_sd)
     except ReportError as exc:
         return fail(p.prog, exc)
     for warning in report.warnings:

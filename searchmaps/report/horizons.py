@@ -3,10 +3,16 @@ ranking hold as training gets longer, and where do the curves go?
 
 Writes ``stability.csv`` (every pair of horizons: Kendall's tau and Spearman's rho with
 bootstrap intervals over seeds, top-group overlap), ``scaling.csv`` (each candidate's
-fitted ``L(D) = E + A·D^-alpha`` and its prediction at the target horizon with a bootstrap
-prediction interval) and, when the space carries published numbers, ``agreement.csv``
-(Kendall's tau against them at every horizon, with a bootstrap interval over seeds), and gives the page two figures (rank vs horizon; loss vs horizon with
-the fits and their extrapolation) and the sentences that say what they show.
+fitted ``L(D) = E + A·D^-alpha``, whether it sits on a bound or misses the data by more
+than the gap it extrapolates, its prediction at the target horizon with a bootstrap
+prediction interval, and the shared-floor fit's), ``gap_trend.csv`` (with a baseline: each
+map's gap to it, its measured trend per doubling of the horizon and where that trend
+would close it) and, when the space carries published numbers, ``agreement.csv``
+(Kendall's tau against them at every horizon, with a bootstrap interval over seeds and the
+published values' own noise, p-values Holm-adjusted across horizons), and gives the page
+two figures (rank vs horizon; loss vs horizon with the fits and their extrapolation) and
+the sentences that say what they show. The last horizon is the confirmatory one; the
+others are descriptive.
 """
 
 from __future__ import annotations
@@ -34,14 +40,20 @@ class HorizonAnalysis:
     target: float
     published: pd.DataFrame | None  # tau against a published ranking, per rung
     published_source: str
+    reference: str | None = None  # the baseline of gap_trend.csv
+    trend: pd.DataFrame | None = None  # each map's gap to the baseline and its trend (gap_trend.csv)
 
 
 def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
-            n_boot: int = 1000, rule: str = "hsd") -> HorizonAnalysis | None:
+            n_boot: int = 1000, rule: str = "hsd", reference: str | None = None,
+            published_sd: float | None = None) -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
     None for a study with a single horizon. ``target`` (default: the published numbers'
     horizon when study.json has one, else 10x the longest horizon) is where the fits are
-    extrapolated to; ``rule`` is the top-group rule of the overlaps (the report's)."""
+    extrapolated to; ``rule`` is the top-group rule of the overlaps (the report's);
+    ``reference`` the baseline whose gaps the fits and trends are judged by;
+    ``published_sd`` the seed sd assumed in the published numbers (default: study.json's
+    ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`)."""
     rows = frame[(frame["role"] == "eval") & (frame["status"] == "ok") & np.isfinite(frame["val_loss"].astype(float))]
     rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
     if rows["rung"].nunique() < 2:
@@ -52,14 +64,27 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
     if target is None:
         target = float(published.get("tokens") or 0) if unit == "tokens" else 0.0
         target = target if target > horizons[-1] else 10 * horizons[-1]
-    scaling, boots = stability.extrapolate(rows, target, n_boot=n_boot)
-    agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot) if published.get("values") else None
+    reference = reference if reference in set(rows["candidate"]) else None
+    scaling, boots = stability.extrapolate(rows, target, n_boot=n_boot, reference=reference)
+    shared, shared_boots = stability.shared_floor(rows, target, n_boot=n_boot)
+    trend = None
+    if reference is not None:
+        trend = stability.gap_trend(rows, reference, target, n_boot=n_boot)
+        for table, draws, column, prefix in ((scaling, boots, "prediction", "fit"),
+                                             (shared, shared_boots, "shared_prediction", "shared")):
+            trend = trend.merge(stability.paired_gap_at_target(table, draws, reference, column, prefix),
+                                on="candidate", how="left")
+    agreement = None
+    if published.get("values"):
+        sd = float(published_sd if published_sd is not None else published.get("sd", stability.PUBLISHED_SD))
+        agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot, reference_sd=sd)
     return HorizonAnalysis(
         unit=unit, horizons=horizons,
         stability=stability.rank_stability(rows, alpha=alpha, n_boot=n_boot, rule=rule),
         ranks=stability.rank_by_rung(rows, n_boot=n_boot), means=_means(rows),
-        scaling=scaling, crossings=stability.crossings(scaling, boots), target=float(target),
-        published=agreement, published_source=str(published.get("source", "")))
+        scaling=scaling.merge(shared, on="candidate", how="left"), crossings=stability.crossings(scaling, boots),
+        target=float(target), published=agreement, published_source=str(published.get("source", "")),
+        reference=reference, trend=trend)
 
 
 def _means(rows: pd.DataFrame) -> pd.DataFrame:
@@ -76,6 +101,8 @@ def _means(rows: pd.DataFrame) -> pd.DataFrame:
 def write_tables(a: HorizonAnalysis, study_dir) -> None:
     atomic_write_text(study_dir / "stability.csv", a.stability.to_csv(index=False))
     atomic_write_text(study_dir / "scaling.csv", a.scaling.to_csv(index=False))
+    if a.trend is not None:
+        atomic_write_text(study_dir / "gap_trend.csv", a.trend.to_csv(index=False))
     if a.published is not None:
         table = a.published.assign(source=a.published_source)
         atomic_write_text(study_dir / "agreement.csv", table.to_csv(index=False))
@@ -110,10 +137,38 @@ def settle_rung(ranks: pd.DataFrame, candidate: str) -> int | None:
     return int(rungs[k])
 
 
+def _nats(x: float) -> str:
+    return f"{x:+.3f}" if np.isfinite(x) else "n/a"
+
+
+def family_sentence(a: HorizonAnalysis) -> str:
+    """Which horizon is confirmatory (the pre-specified last rung) and which are descriptive."""
+    return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, the ladder's pre-specified last rung — "
+            f"the top group, the tests and any planned comparisons (their own family) above are made there. The ranks, "
+            f"top groups and τ at the {len(a.horizons) - 1} shorter horizons below are descriptive, and a p-value "
+            f"repeated at every horizon is Holm-adjusted across the {len(a.horizons)}.")
+
+
+def seeds_sentence(a: HorizonAnalysis) -> str:
+    """A warning when the section's bootstrap intervals rest on too few seeds."""
+    n = int(a.stability["n_seeds"].min()) if len(a.stability) else 0
+    if n < 2 or not stability.few_seeds(n):
+        return ""
+    return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow "
+            f"(for a mean it covers about {100 * stability.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
+            f"{_fewest_seeds()} seeds to reach {100 * stability.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
+            f"the uncertainty (few_seeds in the csv files).")
+
+
+def _fewest_seeds() -> int:
+    return next(n for n in range(2, 1000) if not stability.few_seeds(n))
+
+
 def sentences(a: HorizonAnalysis) -> list[str]:
-    """Whether the ranking between horizons is stable, which pairs are predicted to cross
-    before the target, and how the ranking compares with a published one."""
-    out = []
+    """Which horizon is confirmatory, whether the ranking between horizons is stable, what
+    the fits and the measured gap trends say about the target, and how the ranking compares
+    with a published one."""
+    out = [family_sentence(a)]
     st = a.stability
     first_last = st[(st["rung_a"] == st["rung_a"].min()) & (st["rung_b"] == st["rung_b"].max())].iloc[0]
     tau, lo, hi = first_last["kendall_tau"], first_last["kendall_tau_low"], first_last["kendall_tau_high"]
@@ -129,32 +184,148 @@ def sentences(a: HorizonAnalysis) -> list[str]:
         out.append("Between consecutive horizons τ is " + ", ".join(
             f"{r.kendall_tau:.2f} ({_h(r.horizon_a)}→{_h(r.horizon_b)})" for r in consecutive.itertuples()) + ".")
     if isinstance(first_last["top_group_a"], str):
-        out.append(f"The top groups at the shortest and the longest horizon share {int(first_last['top_overlap'])} of "
-                   f"{int(first_last['top_union'])} candidates.")
-    if not a.crossings.empty:
-        likely = a.crossings.sort_values("flip_share", ascending=False)
+        out.append(f"The top groups at the shortest (descriptive) and the longest horizon share "
+                   f"{int(first_last['top_overlap'])} of {int(first_last['top_union'])} candidates.")
+    out += crossing_sentences(a.scaling, a.crossings, a.target, a.unit)
+    for said in (floor_sentence(a.scaling, a.horizons), misfit_sentence(a.scaling, a.reference)):
+        if said:
+            out.append(said)
+    if a.trend is not None and len(a.trend):
+        out += trend_sentences(a.trend, a.unit)
+        out += shared_floor_sentences(a.scaling, a.trend, a.target, a.unit)
+    if a.published is not None and a.published["kendall_tau"].notna().any():
+        out.append(published_sentence(a.published, a.published_source))
+    said = seeds_sentence(a)
+    if said:
+        out.append(said)
+    return out
+
+
+def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: float, unit: str) -> list[str]:
+    """What the per-candidate fits say about order changes before ``target``: a crossover
+    is claimed only for pairs whose fits are both free of their bounds and close enough
+    to the data (``crossings["defensible"]``); for the rest the sentence says the fits
+    cannot tell, never that the order changes or holds."""
+    head = f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(target)} {unit}"
+    ok = crossings[crossings["defensible"]] if "defensible" in crossings else crossings
+    weak = crossings[~crossings["defensible"]] if "defensible" in crossings else crossings.iloc[:0]
+    last = scaling["horizon_last"].max()
+    fitted = scaling[np.isfinite(scaling["E"]) & (scaling["horizon_last"] == last)]
+    unsound = int((~fitted["defensible"]).sum()) if "defensible" in fitted else 0
+    out = []
+    if not ok.empty:
+        likely = ok.sort_values("flip_share", ascending=False)
         parts = [f"`{r.worse_now}` passing `{r.better_now}` ("
                  + (f"fitted curves cross near {_h(r.crossing_at)}" if r.fits_agree else
                     f"the fitted curves already swap them at {_h(r.horizon_last)}, where the measured means do "
                     f"not: a misfit inside the data more than a prediction")
                  + f"; the order at the target flips in {r.flip_share:.0%} of seed resamples)"
                  for r in likely.head(4).itertuples()]
-        more = f" and {len(likely) - 4} more pairs (scaling.csv)" if len(likely) > 4 else ""
-        out.append(f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(a.target)} {a.unit} predicts "
-                   + "; ".join(parts) + more + ". Such extrapolations are far beyond the data; the intervals in "
-                   "scaling.csv say how far to trust them.")
-    else:
-        out.append(f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(a.target)} {a.unit} predicts no "
-                   f"change of order among candidates that reached the last horizon.")
-    floor = floor_sentence(a.scaling, a.horizons)
-    if floor:
-        out.append(floor)
-    if a.published is not None and a.published["kendall_tau"].notna().any():
-        out.append(f"Against {a.published_source or 'the published ranking'}: Kendall's τ is " + ", ".join(
-            f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)} over seeds, "
-            f"p = {fmt_p(r.p_value)}, {int(r.n_candidates)} maps)"
-            for r in a.published.itertuples() if np.isfinite(r.kendall_tau)) + ".")
+        more = f" and {len(likely) - 4} more pairs" if len(likely) > 4 else ""
+        out.append(f"{head} predicts " + "; ".join(parts) + more + ". Such extrapolations are far beyond the data; "
+                   "the intervals in scaling.csv say how far to trust them.")
+    if not weak.empty:
+        out.append(f"The fitted curves of {len(weak)} pair{'s' if len(weak) > 1 else ''} change order before "
+                   f"{_h(target)}, but in each pair a fit sits on a bound or misses the data at the longest horizons "
+                   f"by at least the pair's gap: no crossover is claimed from them.")
+    if ok.empty and weak.empty:
+        if unsound:
+            out.append(f"{head} keeps today's order, but {unsound} of {len(fitted)} fits sit on a bound or miss the "
+                       f"data by at least their gap to the baseline, so that is no evidence the order holds either.")
+        else:
+            out.append(f"{head} predicts no change of order among candidates that reached the last horizon.")
     return out
+
+
+def misfit_sentence(scaling: pd.DataFrame, reference: str | None) -> str:
+    """How far the fits miss the data at the longest horizons, against the gaps to the
+    baseline they would extrapolate."""
+    fitted = scaling[np.isfinite(scaling["E"]) & np.isfinite(scaling["residual_tail"])]
+    if fitted.empty or reference is None:
+        return ""
+    gaps = fitted[fitted["gap_to_reference"].notna()]
+    over = gaps[gaps["residual_exceeds_gap"].astype(bool)]
+    if over.empty:
+        return ""
+    lo, hi = fitted["residual_tail"].min(), fitted["residual_tail"].max()
+    return (f"At the two longest horizons the fits miss the measured means by {lo:.3f} to {hi:.3f} nats; the gaps to "
+            f"the baseline `{reference}` there are {gaps['gap_to_reference'].abs().min():.3f} to "
+            f"{gaps['gap_to_reference'].abs().max():.3f}. For {len(over)} of {len(gaps)} maps the miss (theirs or the "
+            f"baseline's) is at least the gap, so their fits cannot say where that gap goes (scaling.csv: "
+            f"residual_tail, residual_exceeds_gap).")
+
+
+def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
+    """Each map's measured gap trend to the baseline: how many narrow or widen with an
+    interval clear of 0, the fastest closers with where the trend would close the gap, and
+    how much the window matters."""
+    t = trend[np.isfinite(trend["slope"])]
+    if t.empty:
+        return []
+    ref = t["reference"].iloc[0]
+    toward = np.sign(t["gap_last"]) * -1  # the sign of a slope that closes the gap
+    narrow = t[(toward * t["slope_low"] > 0) & (toward * t["slope_high"] > 0)]
+    widen = t[(toward * t["slope_low"] < 0) & (toward * t["slope_high"] < 0)]
+    span = f"{_h(t['trend_from'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}"
+    out = [f"Measured, not fitted: the paired per-seed gap of each map to the baseline `{ref}`, regressed on log2 of "
+           f"the {unit} over the last horizons ({span}), narrows with a 95 % interval clear of 0 for {len(narrow)} of "
+           f"{len(t)} maps and widens for {len(widen)} (nats per doubling; gap_trend.csv)."]
+    closing = narrow.sort_values("closes_at").head(3)
+    if len(closing):
+        far = lambda x: ("never" if not np.isfinite(x) else  # noqa: E731
+                         "beyond 1000× the target" if x > 1000 * t["target"].iloc[0] else f"{_h(x)} {unit}")
+        out.append("At its measured rate the gap would close at " + "; ".join(
+            f"{far(r.closes_at)} for `{r.candidate}` (gap {_nats(r.gap_last)} at {_h(r.horizon_last)}, "
+            f"{_nats(r.slope)} per doubling, 95 % CI {_nats(r.slope_low)} to {_nats(r.slope_high)}; closing at "
+            f"{far(r.closes_at_low)} to {far(r.closes_at_high)}; the last doubling alone {_nats(r.change_last)}, "
+            f"CI {_nats(r.change_last_low)} to {_nats(r.change_last_high)})"
+            for r in closing.itertuples()) + f" (the target: {_h(t['target'].iloc[0])}).")
+    all_narrow = t[(toward * t["slope_all_low"] > 0) & (toward * t["slope_all_high"] > 0)]
+    out.append(f"Over all horizons ({_h(t['horizon_first'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}) the same "
+               f"regression gives slopes {_nats(t['slope_all'].min())} to {_nats(t['slope_all'].max())} per doubling, "
+               f"clear of 0 towards closing for {len(all_narrow)} maps: a trend is a description of its window, "
+               f"and carrying it to the target assumes the window's rate holds.")
+    return out
+
+
+def shared_floor_sentences(scaling: pd.DataFrame, trend: pd.DataFrame, target: float, unit: str) -> list[str]:
+    """The shared-floor fit as a second opinion, with no crossover claim when its floor is at a bound."""
+    if "shared_E" not in scaling or not np.isfinite(scaling["shared_E"]).any():
+        return []
+    e = float(scaling["shared_E"].dropna().iloc[0])
+    bound = str(scaling["shared_at_bound"].fillna("").iloc[0])
+    head = (f"Second opinion, one floor E shared by every map (per-map A and α; scaling.csv, shared_*): E = {e:.3g} "
+            f"nats")
+    if bound:
+        return [head + f", on its bound ({bound}): the shared fit is as unbounded as the separate ones and supports no "
+                       f"crossover claim either."]
+    t = trend[np.isfinite(trend["shared_gap_at_target"])]
+    ahead = t[t["shared_gap_at_target_high"] < 0]
+    level = t[(t["shared_gap_at_target_low"] <= 0) & (t["shared_gap_at_target_high"] >= 0)]
+    behind = t[t["shared_gap_at_target_low"] > 0]
+    ref = trend["reference"].iloc[0]
+    parts = [f"{len(behind)} map{'s' if len(behind) != 1 else ''} still behind the baseline `{ref}`"]
+    for what, g in (("level with it (interval spans 0)", level), ("ahead of it", ahead)):
+        if len(g):
+            parts.append(f"{what}: " + ", ".join(
+                f"`{r.candidate}` {_nats(r.shared_gap_at_target)} ({_nats(r.shared_gap_at_target_low)} to "
+                f"{_nats(r.shared_gap_at_target_high)})" for r in g.head(4).itertuples()))
+    return [head + f"; at {_h(target)} {unit} it puts " + "; ".join(parts) + "."]
+
+
+def published_sentence(published: pd.DataFrame, source: str) -> str:
+    """τ against a published single-seed ranking at each horizon, its interval with the
+    published values' assumed noise, and Holm-adjusted p-values."""
+    sd = float(published["reference_sd"].iloc[0]) if "reference_sd" in published else 0.0
+    rows = [r for r in published.itertuples() if np.isfinite(r.kendall_tau)]
+    return (f"Against {source or 'the published ranking'}: Kendall's τ is " + ", ".join(
+        f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)}, "
+        f"Holm-adjusted p = {fmt_p(r.p_holm)}, {int(r.n_candidates)} maps"
+        + ("; confirmatory" if getattr(r, "confirmatory", False) else "") + ")" for r in rows)
+        + f". The intervals resample this study's seeds and add to every published value the seed noise of a "
+          f"single-seed number, assumed N(0, {sd:g}) in its own unit (agreement.csv, reference_sd; without it, "
+          f"kendall_tau_low_seeds/high_seeds); the p-values are Holm-adjusted across the {len(rows)} horizons "
+          f"(raw in p_value).")
 
 
 def floor_sentence(scaling: pd.DataFrame, horizons: list[float]) -> str:
@@ -184,6 +355,7 @@ def table(a: HorizonAnalysis) -> str:
         settle = settle_rung(a.ranks, cand)
         p = fit.loc[cand] if cand in fit.index else None
         pred = (f"{p['prediction']:.3f} ({p['prediction_low']:.3f} to {p['prediction_high']:.3f})"
+                + (f" — fit on a bound ({p['at_bound']})" if p.get("at_bound") else "")
                 if p is not None and np.isfinite(p["prediction"]) else "–")
         cells = [f"<code>{html.escape(cand)}</code>"] + [("–" if math.isnan(v) else f"{v:g}") for v in ranks] + \
                 [_h(a.horizons[settle]) if settle is not None else "–", pred]

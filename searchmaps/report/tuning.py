@@ -46,7 +46,9 @@ def sentences(table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
     return [f"Each map's learning rate was fitted on {seeds} tuning seed{'s' if seeds > 1 else ''} per rate "
             f"({', '.join(f'{lr:g}' for lr in sorted(table['lr'].unique()))}), seeds never used in the comparison: "
             + ", ".join(f"{n} map{'s' if n > 1 else ''} got {lr:g}" for lr, n in counts.items())
-            + f". The tuning took {c['trainings']} trainings, {c['share']:.0%} of the study's training time."]
+            + f". The tuning took {c['trainings']} trainings, {c['share']:.0%} of the study's training time. "
+              f"The comparison (top group, tests) is confirmatory at the chosen rates on the evaluation seeds only; "
+              f"the losses at the other rates are descriptive, a selection, not a test."]
 
 
 def section(table: pd.DataFrame) -> str:

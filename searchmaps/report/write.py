@@ -69,18 +69,23 @@ def _check_settings(alpha: float, method: str, correction: str) -> None:
 
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
                  reference: str | None = None, planned=None, target: float | None = None, rule: str | None = None,
-                 target_effect: str | None = None) -> Report:
+                 target_effect: str | None = None, published_sd: float | None = None) -> Report:
     """Write ``summary.csv``, ``report.html`` and (with planned comparisons, given here
     as ``--planned`` specs or registered in study.json) ``planned.csv`` into
     ``study_dir``; the report describes the study's last horizon (see
     :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
     bonferroni (why: :mod:`searchmaps.stats`). A study trained on a ladder of horizons
-    also gets ``stability.csv``, ``scaling.csv`` (and ``agreement.csv`` when the space has
-    published numbers) and the horizon section
+    also gets ``stability.csv``, ``scaling.csv``, ``gap_trend.csv`` (with a baseline; and
+    ``agreement.csv`` when the space has published numbers) and the horizon section
     (:mod:`searchmaps.report.horizons`), extrapolated to ``target`` (default: study.json's
-    ``target``, else the published numbers' horizon, else 10x the longest horizon).
+    ``target``, else the published numbers' horizon, else 10x the longest horizon);
+    ``published_sd`` is the seed noise assumed in the published numbers (default:
+    study.json's ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`).
     Raises :class:`ReportError` (one line) on unusable input or settings."""
     _check_settings(alpha, method, correction)
+    if published_sd is not None and not published_sd >= 0:
+        raise ReportError(f"--published-sd must be 0 or more (perplexity, the published numbers' unit), got "
+                          f"{published_sd}")
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
     info = load_info(study_dir)
@@ -160,7 +165,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                         + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
     sections = []
     ladder = horizons.analyse(records_frame(records), info, target if target is not None else info.get("target"),
-                              alpha, rule=rule)
+                              alpha, rule=rule, reference=res["reference"], published_sd=published_sd)
     if ladder is not None:
         horizons.write_tables(ladder, study_dir)
         shown = set(res["top_group"]) | {res["reference"]}
