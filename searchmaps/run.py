@@ -512,7 +512,7 @@ def write_report(plan: SearchPlan) -> None:
         return
     except OSError as exc:  # a full disk, or report.html is not a file: every row is already written
         print(f"searchmaps.run: no report: it could not be written in {plan.study_dir} ({os_reason(exc)}); "
-              f"free the space and run python -m searchmaps.report {plan.study_dir}", file=sys.stderr)
+              f"fix that, then python -m searchmaps.report {plan.study_dir} writes it", file=sys.stderr)
         return
     why = attach_figure(plan.study_dir, read_study_json(plan.study_dir / "study.json"), report.pareto_figure,
                         storage=plan.storage_url)
