@@ -85,7 +85,7 @@ class ReuseMap:
             k = s[len("block:"):]
             if not k.lstrip("-").isdigit():
                 raise ConfigError(f"--map: block recurrence is written block:K with an integer K, got {text!r}")
-            if int(k) < 2:  # block:1 would silently be the all-ones map
+            if int(k) == 1:  # it would silently be the all-ones map (K < 1 is not positive: ReuseMap says so)
                 raise ConfigError(f"--map: block:K needs K >= 2, got {text!r} (the all-ones map is "
                                   f"{','.join(['1'] * n_layers)})")
             return cls((1,) * n_layers, int(k))
