@@ -244,14 +244,13 @@ def check_results_dir(path: Path) -> bool:
     return made
 
 
-def forget_new_folder(path: Path, made: bool) -> None:
+def forget_new_folder(path: Path) -> None:
     """After a failed check: remove the study folder this command made, if it is still empty
-    (never a folder that was there before, nor one another driver has begun to fill)."""
-    if made:
-        try:
-            path.rmdir()
-        except OSError:
-            pass
+    (never one another driver has begun to fill; the caller never passes one that was there)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
 
 
 def os_reason(exc: OSError) -> str:
@@ -312,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
     except (ConfigError, DataError) as exc:
         if made:
-            forget_new_folder(plan.study_dir, made)
+            forget_new_folder(plan.study_dir)
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
