@@ -95,6 +95,18 @@ def test_a_space_file_whose_name_is_a_path_is_refused_and_nothing_is_made(tmp_pa
     assert tree(tmp_path) == before
 
 
+@pytest.mark.parametrize("name", ["../x", "ABSOLUTE", ".."])
+def test_the_supernet_command_refuses_the_same_names(tmp_path, capsys, name):
+    from searchmaps.supernet.__main__ import main as supernet_main
+
+    name = str(tmp_path / "abs") if name == "ABSOLUTE" else name
+    sf = space(tmp_path)
+    before = tree(tmp_path)
+    assert supernet_main(args_for(sf, tmp_path / "r" / "results", "--study", name)) == 2
+    assert f"--study {name!r} is not a study name" in one_line(capsys.readouterr().err)
+    assert tree(tmp_path) == before
+
+
 def test_a_good_study_name_with_dots_inside_is_kept(tmp_path, capsys):
     sf = space(tmp_path)
     assert main(args_for(sf, tmp_path / "results", "--study", "tiny-b1.2e7", "--dry-run")) == 0
