@@ -32,6 +32,24 @@ class ConfigError(ValueError):
     """A user-facing configuration error; its message names the flag to change."""
 
 
+def folder_name_problem(name) -> str | None:
+    """Why ``name`` cannot be a study's folder ``<results-dir>/<name>/`` (None when it can):
+    it must be one path component that stays inside the results folder."""
+    if not isinstance(name, str) or not name:
+        return "it is empty"
+    if "/" in name or "\\" in name:
+        return "it holds a / or \\ (a path, not a name)"
+    if ".." in name:
+        return "it holds .."
+    if name.startswith("."):
+        return "it starts with a ."
+    if not name.isprintable():
+        return "it holds a control character"
+    if len(name.encode("utf-8", errors="surrogateescape")) > 255:
+        return "it is longer than 255 bytes"
+    return None
+
+
 # --------------------------------------------------------------------------- reuse map
 
 
@@ -67,6 +85,9 @@ class ReuseMap:
             k = s[len("block:"):]
             if not k.lstrip("-").isdigit():
                 raise ConfigError(f"--map: block recurrence is written block:K with an integer K, got {text!r}")
+            if int(k) == 1:  # it would silently be the all-ones map (K < 1 is not positive: ReuseMap says so)
+                raise ConfigError(f"--map: block:K needs K >= 2, got {text!r} (the all-ones map is "
+                                  f"{','.join(['1'] * n_layers)})")
             return cls((1,) * n_layers, int(k))
         parts = s.split(",") if s else []
         repeats = []

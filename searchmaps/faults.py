@@ -2,7 +2,8 @@
 
 ``SEARCHMAPS_KILL_AT=POINT[:N[:group]]`` makes the N-th pass (default 1) through
 ``POINT`` send SIGKILL to the driver (``group``: to its whole process group, local Ray
-included). Unset, :func:`point` costs one dictionary lookup. The points, in search order:
+included; ``SIGTERM`` or ``SIGINT``: that signal to the driver, whose handler then runs
+at this point). Unset, :func:`point` costs one dictionary lookup. The points, in search order:
 ``ray-start``, ``claimed`` (a unit was claimed, not yet running), ``recorded`` (a result
 is in the storage, not yet in runs.csv), ``told`` (a candidate's trial was told),
 ``report``.
@@ -26,6 +27,9 @@ def point(name: str) -> None:
     nth, _, scope = rest.partition(":")
     _passes[name] = _passes.get(name, 0) + 1
     if _passes[name] != int(nth or 1):
+        return
+    if scope in ("SIGTERM", "SIGINT"):
+        os.kill(os.getpid(), signal.Signals[scope])
         return
     if scope == "group":
         os.killpg(os.getpgid(0), signal.SIGKILL)

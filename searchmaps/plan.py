@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from . import flops
-from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, parse_planned
+from .config import (POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, folder_name_problem,
+                     parse_planned)
 from .results import atomic_write_text
 from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
@@ -64,6 +65,7 @@ class SearchPlan:
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
+        check_study_name(self.study)
         set_("results_dir", Path(self.results_dir))
         pes = tuple(self.pes) or self.space.pe
         for pe in pes:
@@ -113,11 +115,13 @@ class SearchPlan:
         if len(self.ladder) == 1:
             set_("ladder", ())
         maps = feasible_maps(self.space, self.budget_flops)
+        key = "tokens" if self.space.train.tokens is not None else "train_flops"
+        where = f"{self.space.source}: [train].{key}" if self.ladder == self.space.ladder else None
         for m in {max(maps, key=lambda m: m.applied_layers), min(maps, key=lambda m: m.applied_layers)}:
             spec = self.spec(Candidate(m, pes[0]), 0)
             plan_steps(spec)  # a FLOP-matched horizon must buy one step
-            if self.ladder:
-                make_ladder(spec, self.ladder)  # increasing, wsd, distinct steps, cooldowns after the warm-up
+            if self.ladder:  # increasing, wsd, distinct steps, cooldowns after the warm-up
+                make_ladder(spec, self.ladder, where)
         set_("lr_grid", tuple(float(x) for x in (self.lr_grid or self.space.lr_grid)))
         if self.lr_grid:
             if len(self.lr_grid) < 2 or not all(math.isfinite(x) and x > 0 for x in self.lr_grid) \
@@ -300,6 +304,15 @@ class SearchPlan:
                                  "values": {f"{m}|{pe}": v for pe, m, v in self.space.published if pe in self.pes}}
         atomic_write_text(path, json.dumps(info, indent=2) + "\n")
         return path
+
+
+def check_study_name(name: str, where: str = "--study") -> None:
+    """A study's files go to ``<results-dir>/<name>/``: a name that is a path (``../x``,
+    ``/tmp/x``, ``a/../../x``) would put them, and replace same-named files, elsewhere.
+    Raises ConfigError naming ``where`` the name came from."""
+    if why := folder_name_problem(name):
+        raise ConfigError(f"{where} {name!r} is not a study name: {why}; a study name is one folder name under "
+                          f"--results-dir (no / \\ or .., no leading .)")
 
 
 def read_study_json(path) -> dict:

@@ -326,6 +326,19 @@ class RunsFile:
     def read(self) -> list[RunRecord]:
         return read_runs(self.path)
 
+    def check(self) -> None:
+        """Before a search: ResultsError (one line, naming the path) when ``runs.csv`` or its
+        lock cannot be appended to -- a folder in their place, or no permission -- which
+        would otherwise fail the first training's row."""
+        if self.path.exists() and not self.path.is_file():
+            raise ResultsError(f"{self.path} is not a file; move it away (the study's rows are appended to it)")
+        try:
+            if os.path.lexists(self.lock_path):  # else the first append makes it
+                open(self.lock_path, "a").close()
+        except OSError as exc:
+            raise ResultsError(f"{self.lock_path} cannot be opened ({exc.strerror}); remove it: it is only the lock "
+                               f"several drivers share, made again when needed") from None
+
     def append(self, records: Iterable[RunRecord]) -> int:
         """Append the records whose ``run_id`` the file does not hold yet (flushed and
         fsynced, under the lock); returns how many were written."""

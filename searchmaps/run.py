@@ -23,7 +23,7 @@ from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, c
                   model_overrides, number, numbers, resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
-from .plan import SAMPLERS, SearchPlan
+from .plan import SAMPLERS, SearchPlan, check_study_name
 from .spaces import builtin_spaces, feasible_maps, load_space
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -119,6 +119,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
     """Flags -> a checked :class:`SearchPlan` (the corpus is loaded for its fingerprint)."""
     from .train import resolve_device
 
+    if args.study is not None:
+        check_study_name(args.study)  # before anything is read or made
     space = load_space(args.space)
     if args.layers is not None and args.layers != space.model.n_layers:
         raise ConfigError(f"--layers {args.layers} differs from space {space.name} ({space.model.n_layers} layers); "
@@ -138,16 +140,26 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
                   lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
-                  maps=tuple(ReuseMap.parse(m, space.model.n_layers) for m in (args.maps or ())))
+                  maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())))
     plan = SearchPlan(**common)  # checks every setting before the data is read
+    study = args.study or default_study_name(plan)
+    check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
     if args.dry_run:
-        return dataclasses.replace(plan, study=args.study or default_study_name(plan))
+        return dataclasses.replace(plan, study=study)
     corpus = load_corpus(args.data, vocab_size=args.vocab_size)
     from .data import check_fits
 
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
-    return dataclasses.replace(plan, study=args.study or default_study_name(plan), data=corpus.name,
+    return dataclasses.replace(plan, study=study, data=corpus.name,
                                vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)
+
+
+def parse_map(text: str, n_layers: int, flag: str) -> ReuseMap:
+    """:meth:`ReuseMap.parse`, its error naming ``flag`` (it names --map, searchmaps.train's)."""
+    try:
+        return ReuseMap.parse(text, n_layers)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {str(exc).removeprefix('--map: ').removeprefix('--map ')}") from None
 
 
 def supernet_specs(plan: SearchPlan, seeds: int) -> list:
@@ -163,6 +175,12 @@ def check_supernet_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--keep must be at least 1, got {args.keep}")
 
 
+def check_prescreen(plan: SearchPlan, args: argparse.Namespace) -> None:
+    check_supernet_args(args)
+    if plan.maps or len(plan.pes) > 1:
+        raise ConfigError("--prescreen chooses the maps itself for one PE: drop --maps, give one --pe")
+
+
 def prescreen(plan: SearchPlan, args: argparse.Namespace) -> SearchPlan:
     """Train (or read back) the supernet over every feasible map and narrow the plan to the
     --keep maps it scores best, plus the baseline when it is feasible."""
@@ -170,9 +188,7 @@ def prescreen(plan: SearchPlan, args: argparse.Namespace) -> SearchPlan:
 
     from .supernet import ensure_scores
 
-    check_supernet_args(args)
-    if plan.maps or len(plan.pes) > 1:
-        raise ConfigError("--prescreen chooses the maps itself for one PE: drop --maps, give one --pe")
+    check_prescreen(plan, args)
     scores = ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, args.supernet_seeds),
                            args.sampling, workers=plan.workers, progress=not args.quiet,
                            log=lambda text: print(text, file=sys.stderr))
@@ -210,14 +226,37 @@ def print_candidates(plan: SearchPlan, out=sys.stdout) -> None:
                   f"{flops.kv_bytes_per_token(cfg):>15,}", file=out)
 
 
-def check_results_dir(path: Path) -> None:
+def check_results_dir(path: Path) -> bool:
+    """Make the study folder ``path`` (and its parents) and check it is writable; True when
+    this call made it (then :func:`forget_new_folder` may take it back)."""
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()  # atomic: of two drivers starting at once, one made it
+            made = True
+        except FileExistsError:
+            made = False
         probe = path / ".write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"--results-dir {path} is not writable ({exc.strerror}); choose another") from None
+    return made
+
+
+def forget_new_folder(path: Path) -> None:
+    """After a failed check: remove the study folder this command made, if it is still empty
+    (never one another driver has begun to fill; the caller never passes one that was there)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError in a few words: its reason and the file (the target of a rename)."""
+    path = exc.filename2 or exc.filename
+    return f"{exc.strerror or type(exc).__name__}" + (f": {path}" if path else "")
 
 
 def fmt_ppl(x: float) -> str:
@@ -236,7 +275,8 @@ def _on_signal(signum, _frame):
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    # parse -> build: every check before anything starts
+    # parse -> build: every check before anything starts, and before the study folder is made
+    made = False
     try:
         plan = build_plan(args)
         headline = (f"space {plan.space.name}: {plan.space.count()} maps, {plan.n_feasible} within "
@@ -246,17 +286,22 @@ def main(argv: list[str] | None = None) -> int:
             print(headline, file=sys.stderr)
             print_candidates(plan)
             return 0
-        check_results_dir(plan.study_dir)
         if args.prescreen:
-            plan = prescreen(plan, args)
+            check_prescreen(plan, args)
         if args.ray_address and args.ray_address != "auto":
             from .executor import check_reachable
 
             check_reachable(args.ray_address)
         from .ledger import Ledger, check_storage
+        from .results import RunsFile
         from .study import SearchStudy
 
-        engine = check_storage(plan.storage_url)
+        engine = None if plan.default_storage else check_storage(plan.storage_url)  # the default is in the folder
+        made = check_results_dir(plan.study_dir)
+        RunsFile(plan.study_dir / "runs.csv").check()
+        if args.prescreen:
+            plan = prescreen(plan, args)
+        engine = engine or check_storage(plan.storage_url)
         ledger = Ledger(engine, plan.study)
         study = SearchStudy(plan, ledger)
         plan.write_study_json()
@@ -265,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
 
         driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
     except (ConfigError, DataError) as exc:
+        if made:
+            forget_new_folder(plan.study_dir)
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
@@ -305,17 +352,26 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         driver.close()
         return fail(parser.prog, exc)
+    else:
+        # close: the handlers stay until the report is written, so a signal here ends the run with its code too
+        try:
+            bar.close()
+            driver.close()
+            if ray is not None and not args.ray_address:
+                ray.shutdown()
+            summarise(plan, driver, wall)
+            if not args.no_report:
+                write_report(plan)
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+            for s in EXIT_INTERRUPTED:
+                signal.signal(s, signal.SIG_IGN)
+            print(f"{parser.prog}: interrupted ({signal.Signals(signum).name}) while writing the summary and report; "
+                  f"every training is recorded — run the same command again to write them", file=sys.stderr)
+            return EXIT_INTERRUPTED[signum]
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
-    # close
-    bar.close()
-    driver.close()
-    if ray is not None and not args.ray_address:
-        ray.shutdown()
-    summarise(plan, driver, wall)
-    if not args.no_report:
-        write_report(plan)
     return 0
 
 
@@ -452,6 +508,10 @@ def write_report(plan: SearchPlan) -> None:
         report = write(plan.study_dir, alpha=plan.alpha)
     except (ReportError, ConfigError) as exc:
         print(f"searchmaps.run: no report: {exc}", file=sys.stderr)
+        return
+    except OSError as exc:  # a full disk, or report.html is not a file: every row is already written
+        print(f"searchmaps.run: no report: it could not be written in {plan.study_dir} ({os_reason(exc)}); "
+              f"fix that, then python -m searchmaps.report {plan.study_dir} writes it", file=sys.stderr)
         return
     why = attach_figure(plan.study_dir, read_study_json(plan.study_dir / "study.json"), report.pareto_figure,
                         storage=plan.storage_url)

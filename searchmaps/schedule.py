@@ -119,11 +119,12 @@ def with_horizon(spec: TrialSpec, horizon: float, warmup: int | None = None) -> 
     return dataclasses.replace(spec, train=train)
 
 
-def make_ladder(spec: TrialSpec, horizons: Sequence[float] | None = None) -> Ladder:
+def make_ladder(spec: TrialSpec, horizons: Sequence[float] | None = None, where: str | None = None) -> Ladder:
     """The ladder of ``horizons`` (ascending; default: ``spec``'s own horizon alone).
     Several rungs need ``schedule = "wsd"``: a cosine rate at step t depends on the horizon,
     so a shorter horizon cannot branch off a longer run. Raises ConfigError otherwise, or
-    when two horizons give the same steps or a cooldown would start inside the warm-up."""
+    when two horizons give the same steps or a cooldown would start inside the warm-up;
+    its message names ``where`` the horizons came from (default: the flag)."""
     if not horizons or len(horizons) == 1 and horizons[0] == horizon_of(spec):
         steps = plan_steps(spec)
         start = cooldown_start(spec, steps) if spec.train.schedule == "wsd" else steps
@@ -131,7 +132,7 @@ def make_ladder(spec: TrialSpec, horizons: Sequence[float] | None = None) -> Lad
     hs = [float(h) for h in horizons]
     if len(hs) == 1:
         return make_ladder(with_horizon(spec, hs[0]))
-    flag = "--tokens" if spec.train.tokens is not None else "--train-flops"
+    flag = where or ("--tokens" if spec.train.tokens is not None else "--train-flops")
     if any(not (math.isfinite(h) and h > 0) for h in hs):
         raise ConfigError(f"{flag}: every horizon must be positive, got {','.join(f'{h:g}' for h in hs)}")
     if hs != sorted(set(hs)):

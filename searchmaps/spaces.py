@@ -18,7 +18,7 @@ from typing import Iterator
 import numpy as np
 
 from . import flops
-from .config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig
+from .config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig, folder_name_problem
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -62,6 +62,9 @@ class Space:
 
     def __post_init__(self) -> None:
         src, pe, r, n = self.source, self.pe, self.repeats, self.model.n_layers
+        if why := folder_name_problem(self.name):  # the default study name, a folder, starts with it
+            raise SpaceError(f"{src}: name {self.name!r} cannot start a study's folder name: {why}; write one "
+                             f"folder name (no / \\ or .., no leading .)")
         show = lambda v: repr(list(v) if isinstance(v, tuple) else v)  # noqa: E731
         ints = lambda v: isinstance(v, tuple) and all(type(x) is int for x in v)  # noqa: E731
         if not (isinstance(pe, tuple) and pe and len(set(pe)) == len(pe) and set(pe) <= set(POSITIONAL_ENCODINGS)):
@@ -155,7 +158,7 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     if "maps" not in d:
         raise SpaceError(f"{src}: [maps] is missing: give at least one of repeats, block, list")
     model_kw, train_kw, maps_t = d.get("model", {}), dict(d.get("train", {})), d["maps"]
-    ladder, lr_grid = (), ()
+    ladder, lr_grid, ladder_key = (), (), ""
     if isinstance(train_kw.get("lr"), list):  # a list of rates is a grid fitted per candidate
         values = train_kw["lr"]
         if len(values) < 2 or not all(type(v) in (int, float) and v > 0 for v in values):
@@ -167,7 +170,7 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
             values = train_kw[key]
             if not values or not all(type(v) in (int, float) for v in values):
                 raise SpaceError(f"{src}: [train].{key} must be a number or a list of numbers (a ladder), got {values!r}")
-            ladder = tuple(float(v) for v in values)
+            ladder, ladder_key = tuple(float(v) for v in values), key
             train_kw[key] = int(values[0]) if key == "tokens" else float(values[0])
     _check_keys(src, "model", model_kw, {k: hints[k] for k in ModelConfig.__dataclass_fields__})
     _check_keys(src, "train", train_kw, {k: hints[k] for k in TrainConfig.__dataclass_fields__})
@@ -179,6 +182,15 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
             built[key] = cls(**kw)
         except ConfigError as e:
             raise SpaceError(f"{src}: [{key}]: {e}") from None
+    if len(ladder) > 1:  # the flags' checks (schedule.make_ladder) would name --tokens and --schedule
+        shown = ", ".join(f"{h:g}" for h in ladder)
+        if any(not h > 0 for h in ladder) or list(ladder) != sorted(set(ladder)):
+            raise SpaceError(f"{src}: [train].{ladder_key} is a ladder: give positive horizons in increasing order, "
+                             f"each once, got [{shown}]")
+        if built["train"].schedule != "wsd":
+            raise SpaceError(f'{src}: [train].{ladder_key} lists several horizons (a ladder), which needs [train].'
+                             f'schedule = "wsd", got "{built["train"].schedule}" (a cosine rate depends on the '
+                             f'horizon, so shorter horizons cannot branch off one run)')
     listed, parsed = maps_t.get("list", []), []
     if not isinstance(listed, list) or not all(isinstance(s, str) for s in listed):
         raise SpaceError(f'{src}: [maps].list must be a list of strings like "4,2,1,1", got {listed!r}')

@@ -30,6 +30,7 @@ def test_applied_layers():
     ("4,2,1", "--layers"),
     ("4,2,1,1,1", "--layers"),
     ("block:0", "positive"),
+    ("block:1", "block:K needs K >= 2"),  # it trained 1,1,1,1 under another name
     ("block:x", "block:K"),
     ("", "--map"),
     ("a,b,c,d", "integers"),

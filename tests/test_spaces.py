@@ -272,6 +272,20 @@ MALFORMED = [
     (compose().replace('pe = ["rope"]', 'pe = ["sinusoid"]'), "pe"),
     (compose().replace('pe = ["rope"]', "pe = []"), "pe"),
     (compose().replace('name = "bad"', "name = 3"), "name"),
+    # the default study name, a folder under --results-dir, starts with the space's name
+    (compose().replace('name = "bad"', 'name = "../../escape"'), "name '../../escape'"),
+    (compose().replace('name = "bad"', 'name = "/tmp/escape"'), "name '/tmp/escape'"),
+    (compose().replace('name = "bad"', 'name = ""'), "name '' cannot start a study's folder name: it is empty"),
+    (compose().replace('name = "bad"', 'name = ".."'), "name '..'"),
+    (compose().replace('name = "bad"', 'name = ".hidden"'), "name '.hidden'"),
+    (compose().replace("repeats = [1, 2]", 'list = ["block:1"]'), "[maps].list entry 'block:1': block:K needs K >= 2"),
+    (compose().replace("repeats = [1, 2]", "block = [1]"), "[maps].block"),
+    # a ladder in the file names the file and its key, not --tokens / --schedule
+    (compose().replace("tokens = 1000", "tokens = [4000, 2000]"), "[train].tokens is a ladder: give positive"),
+    (compose().replace("tokens = 1000", "tokens = [2000, 2000]"), "[train].tokens is a ladder: give positive"),
+    (compose().replace("tokens = 1000", "train_flops = [2e9, 1e9]"), "[train].train_flops is a ladder"),
+    (compose().replace("tokens = 1000", 'tokens = [2000, 4000]\nschedule = "cosine"'),
+     '[train].tokens lists several horizons (a ladder), which needs [train].schedule = "wsd", got "cosine"'),
     (compose().replace("[model]\n", "model = 3\n[model_]\n"), "model"),
     (compose().replace("repeats = [1, 2]", "repeats = [0, 2]"), "[maps].repeats"),
     (compose().replace("repeats = [1, 2]", "repeats = [3, 1]"), "[maps].repeats"),
@@ -321,3 +335,19 @@ def test_good_base_file_loads(tmp_path):
 def test_missing_file_names_the_path(tmp_path):
     with pytest.raises(SpaceError, match="nope.toml: no such space file"):
         load_space(str(tmp_path / "nope.toml"))
+
+
+def test_a_ladder_the_plan_refuses_names_the_space_file_not_a_flag(tmp_path):
+    """What only the plan can check (steps per horizon on the space's model) still names the
+    file and key the ladder came from; a ladder given as flags names the flag."""
+    from searchmaps.plan import SearchPlan
+
+    path = write(tmp_path, compose().replace("tokens = 1000", "tokens = [200000, 200100]"))
+    space = load_space(str(path))
+    with pytest.raises(ConfigError) as err:
+        SearchPlan(space=space, budget_flops=1e12, study="s", results_dir=tmp_path)
+    assert str(err.value).startswith(f"{path}: [train].tokens: horizons 200000 and 200100 give the same number")
+    with pytest.raises(ConfigError) as err:
+        SearchPlan(space=space.with_overrides(train={"tokens": 200000}), budget_flops=1e12, study="s",
+                   results_dir=tmp_path, ladder=(200000, 200100))
+    assert str(err.value).startswith("--tokens: horizons 200000 and 200100")

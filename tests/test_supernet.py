@@ -156,3 +156,13 @@ def test_a_prescreen_keeps_the_supernets_best_maps_and_the_baseline(ray_cluster,
     info = json.loads((results / "pre" / "study.json").read_text())
     assert info["prescreen"]["keep"] == 1 and info["prescreen"]["maps_scored"] == 7
     assert "Prescreen: a supernet" in (results / "pre" / "report.html").read_text()
+
+
+def test_validating_against_a_folder_that_is_not_there_is_one_line_and_makes_nothing(space_file, tmp_path, capsys):
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    assert main(supernet_args(space_file, results, "--study", "sn", "--validate-against", "/nonexistent")) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("searchmaps.supernet: error: --validate-against: /nonexistent")
+    assert not results.exists()

@@ -198,6 +198,7 @@ def test_cli_prints_json_record():
     (["--map", "4,-1,1,1"], "--map"),
     (["--map", "4,2.5,1,1"], "--map"),
     (["--map", "4,2,1"], "--layers"),
+    (["--map", "block:1"], "--map: block:K needs K >= 2"),
     (["--pe", "sinusoid"], "--pe"),
     (["--d-model", "130"], "--heads"),
     (["--pe", "learned", "--seq-len", "2048"], "--max-positions"),
@@ -217,6 +218,28 @@ def test_cli_errors_are_one_line_exit_2(args, flag):
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0], out.stderr
+
+
+def _address_space_limit():
+    # 8 GiB of address space: the 1 TiB embedding below fails in malloc whatever the kernel's
+    # overcommit policy, and nothing the test does can take the machine's memory
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
+
+
+def test_an_out_of_memory_on_cpu_is_recorded_as_out_of_memory():
+    """torch's CPU allocator raises a RuntimeError (not torch.OutOfMemoryError): a real one,
+    from a model whose embedding alone is 256 x 2^30 floats."""
+    out = subprocess.run([sys.executable, "-m", "searchmaps.train", "--map", "1,1", "--layers", "2", "--d-model",
+                          str(1 << 30), "--heads", "2", "--ffn-hidden", "4", "--seq-len", "32", "--batch-size", "4",
+                          "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off", "--precision", "fp32",
+                          "--device", "cpu", "--json", "--quiet"],
+                         capture_output=True, text=True, timeout=300, preexec_fn=_address_space_limit)
+    assert out.returncode == 1, out.stderr
+    rec = json.loads(out.stdout)
+    assert rec["status"] == "failed" and rec["error"].startswith("out of memory: DefaultCPUAllocator"), rec["error"]
+    assert "enforce fail" not in rec["error"]
 
 
 # ---------------------------------------------------------------------------- horizon ladders

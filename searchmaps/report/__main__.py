@@ -51,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
                               published_sd=args.published_sd)
     except ReportError as exc:
         return fail(p.prog, exc)
+    except OSError as exc:  # a full disk, or a file in the way: the machine's, not the study's
+        path = exc.filename2 or exc.filename
+        print(f"{p.prog}: error: the report could not be written in {args.study_dir} ({exc.strerror or exc}"
+              + (f": {path})" if path else ")"), file=sys.stderr)
+        return 1
     for warning in report.warnings:
         print(f"{p.prog}: warning: {warning}", file=sys.stderr)
     if not args.no_attach:

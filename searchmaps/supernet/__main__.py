@@ -44,13 +44,16 @@ def main(argv: list[str] | None = None) -> int:
         plan = build_plan(args)
         if not args.study:
             plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
-        check_results_dir(plan.study_dir)
         truth = None
-        if args.validate_against:
-            from ..report.summary import last_horizon, load_runs, successful
+        if args.validate_against:  # before the study folder is made
+            from ..report.summary import ReportError, last_horizon, load_runs, successful
             from ..results import records_frame
 
-            truth = successful(last_horizon(records_frame(load_runs(args.validate_against))))
+            try:
+                truth = successful(last_horizon(records_frame(load_runs(args.validate_against))))
+            except ReportError as exc:
+                raise ConfigError(f"--validate-against: {exc}") from None
+        check_results_dir(plan.study_dir)
         scores = ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, args.supernet_seeds),
                                args.sampling, workers=plan.workers, progress=not args.quiet,
                                log=lambda text: print(text, file=sys.stderr))

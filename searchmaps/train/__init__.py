@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import math
 import os
+import re
 import sys
 import time
 import warnings
@@ -42,6 +43,10 @@ from ..schedule import Ladder, horizon_of, lr_at, make_ladder, plan_steps, token
 EvalCallback = Callable[[dict], bool | None]
 DIVERGENCE_MARGIN = 1.0  # nats above ln(vocab size)
 DIVERGENCE_WINDOW = 10  # training steps averaged for the divergence check
+# what torch's CPU allocator says when malloc fails (a RuntimeError, not torch.OutOfMemoryError)
+ALLOCATOR_OOM = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory",
+                 "Cannot allocate memory")
+ENFORCE_PREFIX = re.compile(r"^\[enforce fail at [^]]*\] [^.]*\. ")  # "[enforce fail at alloc_cpu.cpp:127] err == 0. "
 
 __all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN"]
@@ -124,8 +129,7 @@ def train_or_fail(spec: TrialSpec, vocab_size: int | None = None, horizons: Sequ
     try:
         return train_ladder(spec, horizons, _cached_corpus(spec.data, vocab_size), **kwargs)
     except Exception as exc:  # a worker must report, never crash the search
-        first = str(exc).splitlines()[0][:300] if str(exc) else ""
-        reason = f"{type(exc).__name__}: {first}"
+        reason = failure_reason(exc, 300)
         try:
             lad = make_ladder(spec, horizons)
         except Exception:  # the ladder itself is the problem
@@ -165,6 +169,16 @@ class _Path:
 
     def copy(self) -> "_Path":
         return _Path(self.step, list(self.losses), list(self.curve), self.wall_s, self.cpu_s, self.eval_s)
+
+
+def failure_reason(exc: BaseException, limit: int = 200) -> str:
+    """A failed training's ``error``: its first line, after ``out of memory:`` for CUDA's
+    OutOfMemoryError, Python's MemoryError and the RuntimeError of torch's CPU allocator
+    (the allocator's ``[enforce fail at ...]`` prefix dropped), else after the error's type."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)) or any(s in text for s in ALLOCATOR_OOM):
+        return f"out of memory: {ENFORCE_PREFIX.sub('', text)[:limit]}"
+    return f"{type(exc).__name__}: {text[:limit]}"
 
 
 class _Failed(Exception):
@@ -347,12 +361,8 @@ def train_ladder(
         bar.close()
         if on_model is not None:
             on_model(model)
-    except (torch.OutOfMemoryError, MemoryError) as exc:
-        reason = f"out of memory: {str(exc).splitlines()[0][:200]}"
-        for j in sorted(wanted - set(out)):
-            finish(j, locals().get("path") or _Path(), Status.FAILED, reason)
-    except RuntimeError as exc:
-        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        reason = failure_reason(exc)
         for j in sorted(wanted - set(out)):
             finish(j, locals().get("path") or _Path(), Status.FAILED, reason)
     return [out[i] for i in sorted(out)]
