@@ -34,6 +34,8 @@ class Progress:
     trainings: int = 0  # units (a whole ladder, or one rung with promotion) finished by this driver
     train_s: float = 0.0  # their workers' wall seconds
     recovered: int = 0  # trials closed at start because no live driver owned them
+    rebuilt: int = 0  # trials opened again at start for candidates with rows the storage had lost
+    not_rebuilt: tuple[str, ...] = ()  # candidates with rows that this search does not include
 
 
 class Driver:
@@ -54,6 +56,8 @@ class Driver:
 
         ledger.register()
         self._import_legacy_rows()
+        rebuilt, left = study.rebuild([r for _, r in ledger.results()])
+        self.progress.rebuilt, self.progress.not_rebuilt = rebuilt, tuple(left)
         self.progress.recovered = study.recover()
         self.scheduler = Scheduler(
             seeds=plan.seeds,
@@ -103,6 +107,9 @@ class Driver:
                 return self._ready.pop(0)
             self._refresh()
             unit = self.scheduler.next()
+            if unit is None and self.plan.candidates is None:  # other drivers may have started candidates since
+                self._refresh(force=True)
+                unit = self.scheduler.next()
             if isinstance(unit, Unit):
                 faults.point("claimed")
                 self.study.open(unit.candidate)
@@ -196,8 +203,9 @@ class Driver:
 
     def _refresh(self, force: bool = False) -> None:
         """Read rows other drivers stored since the last look (throttled), copy them to
-        ``runs.csv`` and give them to the scheduler; now and then retry claims that other
-        drivers held (a dead driver's claims become free)."""
+        ``runs.csv`` and give them to the scheduler, with the candidates other drivers'
+        optimisers started; now and then retry claims that other drivers held (a dead
+        driver's claims become free)."""
         now = time.monotonic()
         if not force and now - self._last_refresh < REFRESH_S:
             return
@@ -208,6 +216,8 @@ class Driver:
             rows = [r for _, r in new]
             self.runs.append(rows)
             self.scheduler.add_rows(rows)
+        if self.plan.candidates is None:  # an optimiser: other drivers' proposals are this study's candidates too
+            self.scheduler.add_candidates(self.study.known_candidates())
         self.scheduler.reconsider()
 
     def _tell(self) -> None:

@@ -369,6 +369,12 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
               file=sys.stderr)
     if p.recovered:
         print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
+    if p.rebuilt:
+        print(f"the storage had no trial for {p.rebuilt} candidate(s) with rows in runs.csv (a lost or emptied "
+              f"optuna.db): their trials were opened again and told from the rows", file=sys.stderr)
+    if p.not_rebuilt:
+        print(f"not rebuilt: {len(p.not_rebuilt)} candidate(s) of runs.csv this search's flags do not include "
+              f"({', '.join(p.not_rebuilt[:5])}{', ...' if len(p.not_rebuilt) > 5 else ''})", file=sys.stderr)
     all_rows = driver.rows()
     tuning = [r for r in all_rows if r.role == "tuning"]
     rows = [r for r in all_rows if r.role == "eval"]

@@ -577,3 +577,66 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
             totals.append(bar.bar.total)
     bar.close()
     assert totals == [6] * 6
+
+
+# ---------------------------------------------------------------------------- told once, rebuilt, waited for
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_values(space_file, tmp_path, ray_env,
+                                                                                        storage, request):
+    """Killed once after the last rung of a ladder is stored but before its candidate is
+    told (the rung values are on a trial the resume closes), then twice right after
+    Optuna's tell returned but before the storage says the candidate is told: after the
+    last resume each candidate has exactly one COMPLETE trial, carrying every rung's value."""
+    url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
+    results = tmp_path / "results"
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--no-report", "--seeds", "1", "--study", "t", "--workers", "1",
+            *LADDER_ARGS] + (["--storage", url] if url else [])
+    killed = 0
+    for kill in ["recorded:3:group", "optuna-told:1:group", "optuna-told:2:group"]:
+        proc = start_cli(ray_env, *args, kill_at=kill)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
+        killed += 1
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    rows = read_runs(results / "t" / "runs.csv")
+    assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))
+    ts = trials(results, "t", url)
+    assert_study_closed(ts)  # one COMPLETE trial per candidate: the killed tells were not told again
+    for t in ts:
+        if t.state == TrialState.COMPLETE:
+            assert sorted(t.intermediate_values) == [1024, 2048, 4096], (t.number, t.intermediate_values)
+            last = [r.val_ppl for r in rows if r.label == t.user_attrs["candidate"] and r.rung == 2]
+            assert t.values[0] == pytest.approx(last[0]) == t.intermediate_values[4096]
+    assert killed == 3
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_lost_optuna_db_is_rebuilt_from_runs_csv_without_training_again(ray_cluster, space_file, tmp_path, capsys,
+                                                                          how):
+    results = tmp_path / "results"
+    argv = common(space_file, results, "--seeds", "2", "--study", "lost", "--ray-address", ray_cluster, *LADDER_ARGS)
+    assert main(argv) == 0
+    before_trials = {t.user_attrs["candidate"]: t for t in trials(results, "lost") if t.state == TrialState.COMPLETE}
+    runs = results / "lost" / "runs.csv"
+    before = runs.read_bytes()
+    for f in (results / "lost").glob("optuna.db*"):
+        f.unlink()
+    if how == "emptied":
+        (results / "lost" / "optuna.db").write_bytes(b"")
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    ts = trials(results, "lost")
+    assert_study_closed(ts)
+    assert runs.read_bytes() == before  # nothing trained again, nothing rewritten
+    assert "nothing to train" in err and "opened again and told from the rows" in err
+    for t in ts:
+        old = before_trials[t.user_attrs["candidate"]]
+        assert t.values == old.values and t.intermediate_values == old.intermediate_values
+        assert sorted(t.intermediate_values) == [1024, 2048, 4096]
+        assert {k: v for k, v in t.user_attrs.items() if k != "driver"} == \
+            {k: v for k, v in old.user_attrs.items() if k != "driver"}
