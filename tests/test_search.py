@@ -640,3 +640,62 @@ def test_a_lost_optuna_db_is_rebuilt_from_runs_csv_without_training_again(ray_cl
         assert sorted(t.intermediate_values) == [1024, 2048, 4096]
         assert {k: v for k, v in t.user_attrs.items() if k != "driver"} == \
             {k: v for k, v in old.user_attrs.items() if k != "driver"}
+
+
+def wait_stopped(proc, timeout=240):
+    """Until ``proc`` stopped itself (a fault point's SIGSTOP)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return
+        time.sleep(0.1)
+    raise AssertionError("the driver did not reach its fault point")
+
+
+def test_two_optimiser_drivers_each_end_with_the_whole_study(space_file, tmp_path, ray_env, postgres_url):
+    """The README's several-machines way with tpe: one storage, a results folder per
+    driver. A starts and stops holding its first candidate; B starts, proposes the second
+    and stops holding it; A goes on, trains its candidate and a third, and the study has
+    its --trials 3: A must now wait for B's candidate, which A never proposed and which
+    did not exist when A started. B goes on later. Both folders end with every row."""
+    import pandas as pd
+
+    def args(results):
+        return ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results),
+                "--compile", "off", "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "tpe2",
+                "--sampler", "tpe", "--trials", "3", "--workers", "1", "--storage", postgres_url]
+
+    a = start_cli(ray_env, *args(tmp_path / "a"), kill_at="claimed:1:stop")
+    b = None
+    try:
+        wait_stopped(a)
+        b = start_cli(ray_env, *args(tmp_path / "b"), kill_at="claimed:1:stop")
+        wait_stopped(b)
+        os.kill(a.pid, signal.SIGCONT)
+        runs_a = tmp_path / "a" / "tpe2" / "runs.csv"
+        deadline = time.time() + 300
+        while a.poll() is None and len(read_runs(runs_a)) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        try:  # A has trained what it could; a driver that does not wait for B's candidate ends now
+            a.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        os.kill(b.pid, signal.SIGCONT)
+        outs = [p.communicate(timeout=600) for p in (a, b)]
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGCONT)
+                os.killpg(p.pid, signal.SIGKILL)
+    for p, (_, err) in zip((a, b), outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "Traceback" not in err
+    ts = trials(tmp_path / "a", "tpe2", postgres_url)
+    done = {t.user_attrs["map"] for t in ts if t.state == TrialState.COMPLETE}
+    assert done == MAPS and not [t for t in ts if t.state == TrialState.RUNNING]
+    for results in (tmp_path / "a", tmp_path / "b"):
+        assert_each_pair_once(read_runs(results / "tpe2" / "runs.csv"), seeds=1)
+        summary = pd.read_csv(results / "tpe2" / "summary.csv")
+        assert {c.split("|")[0] for c in summary["candidate"]} == MAPS
+        assert (results / "tpe2" / "report.html").is_file()
