@@ -13,13 +13,17 @@ with the rows; the candidate's trial is told last (a teller that dies is replace
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import optuna
+import sqlalchemy as sa
+
 from . import faults
-from .ledger import HEARTBEAT_S, Ledger
+from .ledger import HEARTBEAT_S, Ledger, StorageFault, storage_fault
 from .plan import SearchPlan
 from .results import RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
@@ -27,6 +31,21 @@ from .study import SearchStudy
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
 MAX_CRASHES = 2  # a training whose process died runs again this many times, then counts as failed
+
+
+def _faults_of_the_storage(method):
+    """A driver method whose storage or study folder fails (disk full, database down)
+    raises :class:`~searchmaps.ledger.StorageFault`, one line, instead of the database
+    driver's own exception from deep inside Ray Tune."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, OSError) as exc:
+            raise storage_fault(exc, self.plan.storage_url) from exc
+
+    return call
 
 
 @dataclass
@@ -39,6 +58,7 @@ class Progress:
 
 
 class Driver:
+    @_faults_of_the_storage
     def __init__(self, plan: SearchPlan, ledger: Ledger, study: SearchStudy,
                  on_row: Callable[[RunRecord, int], None] | None = None):
         self.plan = plan
@@ -88,6 +108,7 @@ class Driver:
         self._beat = threading.Thread(target=beat, name="searchmaps-heartbeat", daemon=True)
         self._beat.start()
 
+    @_faults_of_the_storage
     def close(self) -> int:
         """Stop: give back unfinished claims, close trials no live driver owns, and bring
         ``runs.csv`` up to date. Returns how many trials were closed."""
@@ -100,6 +121,7 @@ class Driver:
 
     # ------------------------------------------------------------------ work
 
+    @_faults_of_the_storage
     def next_unit(self) -> Unit | object | None:
         """A unit to train now, :data:`~searchmaps.scheduler.WAIT`, or None (done)."""
         with self._lock:
@@ -116,6 +138,7 @@ class Driver:
             self._tell()
             return unit
 
+    @_faults_of_the_storage
     def has_work(self) -> bool:
         """Whether anything is left to train or wait for (a first unit is claimed now and
         handed out first), so a resume with nothing to do need not start Ray."""
@@ -125,6 +148,7 @@ class Driver:
                 self._ready.append(unit)
             return unit is not None
 
+    @_faults_of_the_storage
     def release_ready(self) -> None:
         with self._lock:
             for unit in self._ready:
@@ -153,14 +177,18 @@ class Driver:
                 if unit.last < plan.rungs - 1 else None
         return job
 
+    @_faults_of_the_storage
     def partial(self, unit: Unit, records: list[RunRecord]) -> None:
         """Rows of some rungs of a ladder still training (it reports rung by rung)."""
         with self._lock:
             self._store(unit, records)
 
-    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> None:
+    @_faults_of_the_storage
+    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> Status | None:
         """Record a finished training (``wall_s``: its worker's seconds); ``records`` None
-        means its process died (``why``)."""
+        means its process died (``why``): returns then how it was recorded (``crashed``: it
+        runs again; ``failed``: it died too often)."""
+        status = None
         with self._lock:
             if records is None:
                 status = self.scheduler.crash_status(unit)
@@ -171,6 +199,7 @@ class Driver:
                 self.scheduler.release(unit)
             if self.plan.promote and unit.first > 0 and not self.scheduler.needed(unit):
                 self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
+        return status
 
     def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:
         records = [self._check_data(r).replace(role=unit.role) for r in records]
@@ -240,6 +269,7 @@ class Driver:
         if rows:
             self.ledger.import_rows(lambda r: Unit(r.candidate, r.seed).key, rows)
 
+    @_faults_of_the_storage
     def rows(self) -> list[RunRecord]:
         """Every row of the study, all drivers', from the storage."""
         return [r for _, r in self.ledger.results()]

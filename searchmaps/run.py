@@ -23,6 +23,7 @@ from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, c
                   model_overrides, number, numbers, resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
+from .ledger import StorageFault
 from .plan import SAMPLERS, SearchPlan
 from .spaces import builtin_spaces, feasible_maps, load_space
 
@@ -266,6 +267,9 @@ def main(argv: list[str] | None = None) -> int:
         driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
+    except StorageFault as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
         return EXIT_INTERRUPTED[signal.SIGINT]
@@ -305,18 +309,39 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         driver.close()
         return fail(parser.prog, exc)
+    except StorageFault as exc:
+        bar.close()
+        return storage_failed(parser.prog, exc, driver, ray if not args.ray_address else None)
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
     # close
     bar.close()
-    driver.close()
+    try:
+        driver.close()
+    except StorageFault as exc:
+        return storage_failed(parser.prog, exc, driver, ray if not args.ray_address else None)
     if ray is not None and not args.ray_address:
         ray.shutdown()
     summarise(plan, driver, wall)
     if not args.no_report:
         write_report(plan)
     return 0
+
+
+def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
+    """The storage or the study folder failed mid-search (a fault of the machine): close
+    what the storage still lets us close, stop a local Ray, say so in one line, exit 1.
+    Every row stored before the fault stays; the next run trains the rest."""
+    try:
+        closed = f"{driver.close()} unfinished trial(s) closed"
+    except Exception:  # the storage still fails: the next run closes them
+        closed = "unfinished trials are closed by the next run"
+    if ray is not None:
+        ray.shutdown()
+    print(f"{prog}: {fault}; {closed} — free the space or bring the database back, then run the same command "
+          f"again to resume", file=sys.stderr)
+    return 1
 
 
 class _progress_bar:

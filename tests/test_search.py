@@ -699,3 +699,85 @@ def test_two_optimiser_drivers_each_end_with_the_whole_study(space_file, tmp_pat
         summary = pd.read_csv(results / "tpe2" / "summary.csv")
         assert {c.split("|")[0] for c in summary["candidate"]} == MAPS
         assert (results / "tpe2" / "report.html").is_file()
+
+
+# ---------------------------------------------------------------------------- faults of the machine
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs, mounted for the test (as root) and unmounted after it: a disk that
+    a test can fill while a search runs."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"mounting a tmpfs needs root: {out.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {out.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill_up(folder: Path) -> Path:
+    """Write zeros into ``folder`` until its disk is full; returns the file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_mid_study_is_one_line_exit_1_and_the_resume_finishes(space_file, small_disk, ray_env):
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(small_disk), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--no-report", "--seeds", "2", "--study", "d", "--workers", "1"]
+    runs = small_disk / "d" / "runs.csv"
+    proc = start_cli(ray_env, *args)
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and len(read_runs(runs)) < 1 and time.time() < deadline:
+            time.sleep(0.1)
+        filler = fill_up(small_disk)  # the study's storage, runs.csv and Ray's folder are all on this disk
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 3 and "Traceback" not in err, err[-3000:]  # the headline, the study, the fault
+    assert "optuna.db" in lines[-1] or "runs.csv" in lines[-1]
+    assert "full" in lines[-1] or "No space left" in lines[-1]
+    assert "run the same command again" in lines[-1]
+    before = runs.read_bytes()
+    kept = read_runs(runs)
+    assert 1 <= len(kept) < 6
+    filler.unlink()
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert runs.read_bytes().startswith(before)  # nothing lost, nothing rewritten
+    assert_each_pair_once(read_runs(runs))
+    assert_study_closed(trials(small_disk, "d"))
+
+
+def test_a_training_process_that_dies_is_one_short_line_and_runs_again(space_file, tmp_path, ray_env):
+    """Every worker process is killed as it starts its second training (a fault point in
+    the trainable): the search records it, trains it again and exits 0, and Ray's own
+    report of the dead actor is in the study's log, not on the terminal."""
+    results = tmp_path / "results"
+    args = common(space_file, results, "--seeds", "1", "--study", "w", "--workers", "1")
+    out = run_cli(dict(ray_env, SEARCHMAPS_KILL_AT="training:2"), *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_runs(results / "w" / "runs.csv")
+    crashed = [r for r in rows if r.status.value == "crashed"]
+    assert crashed and all("died" in r.error for r in crashed)
+    assert_each_pair_once(rows, seeds=1)
+    assert "Traceback" not in out.stderr and "ActorDiedError" not in out.stderr, out.stderr[-3000:]
+    assert "(raylet)" not in out.stdout + out.stderr
+    died = [ln for ln in out.stderr.splitlines() if "died" in ln]
+    assert len(died) == len(crashed) and all("it runs again" in ln for ln in died)
+    assert "ActorDiedError" in (results / "w" / "ray" / "driver.log").read_text()
