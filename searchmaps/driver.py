@@ -75,8 +75,7 @@ class Driver:
         self._ready: list[Unit] = []  # claimed by has_work() before the executor started
 
         ledger.register()
-        self._import_legacy_rows()
-        rebuilt, left = study.rebuild([r for _, r in ledger.results()])
+        rebuilt, left = study.rebuild(self._import_legacy_rows())
         self.progress.rebuilt, self.progress.not_rebuilt = rebuilt, tuple(left)
         self.progress.recovered = study.recover()
         self.scheduler = Scheduler(
@@ -262,12 +261,14 @@ class Driver:
                     for rung in range(self.plan.rungs):
                         self.plan.checkpoint(event.candidate, seed, rung).unlink(missing_ok=True)
 
-    def _import_legacy_rows(self) -> None:
+    def _import_legacy_rows(self) -> list[RunRecord]:
         """A study folder whose runs.csv predates the storage's copy of the rows (or whose
-        storage was lost): bring its rows into the storage once, so they count as done."""
+        storage was lost): bring its rows into the storage once, so they count as done.
+        Returns runs.csv's rows."""
         rows = self.runs.read()
         if rows:
             self.ledger.import_rows(lambda r: Unit(r.candidate, r.seed).key, rows)
+        return rows
 
     @_faults_of_the_storage
     def rows(self) -> list[RunRecord]:

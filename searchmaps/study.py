@@ -355,8 +355,8 @@ class SearchStudy:
     # ------------------------------------------------------------------ recovery
 
     def rebuild(self, rows) -> tuple[int, list[str]]:
-        """Open a trial for every candidate the study's rows name but its storage does not
-        (``optuna.db`` was lost or emptied and the rows came back from ``runs.csv``): the
+        """Open a trial for every candidate ``rows`` (``runs.csv``'s) name but the storage
+        does not (``optuna.db`` was lost or emptied and the rows came back from it): the
         scheduler then reports its rungs and tells it from the rows, as if it had just
         finished. A candidate this search's flags do not include (another budget, another
         space) is left out. Returns (trials opened, labels left out)."""
