@@ -104,7 +104,11 @@ def storage_fault(exc: BaseException, url: str) -> StorageFault:
         what = cause.filename or "a file of the study folder"
         return StorageFault(f"{what}: {cause.strerror or describe_db_error(cause)}")
     shown = sa.engine.make_url(url).render_as_string(hide_password=True)
-    return StorageFault(f"the storage {shown} failed: {describe_db_error(cause)}")
+    orig = getattr(cause, "orig", None) or cause
+    # the driver's first line says what happened ("server closed the connection unexpectedly",
+    # "database or disk is full"); the lines after it are hints
+    first = next((ln.strip() for ln in str(orig).splitlines() if ln.strip()), "") or describe_db_error(cause)
+    return StorageFault(f"the storage {shown} failed: {first[:200]}")
 
 
 # --------------------------------------------------------------------------- engine
