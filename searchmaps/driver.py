@@ -13,13 +13,17 @@ with the rows; the candidate's trial is told last (a teller that dies is replace
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import optuna
+import sqlalchemy as sa
+
 from . import faults
-from .ledger import HEARTBEAT_S, Ledger
+from .ledger import HEARTBEAT_S, Ledger, StorageFault, storage_fault
 from .plan import SearchPlan
 from .results import RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
@@ -29,14 +33,32 @@ REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the
 MAX_CRASHES = 2  # a training whose process died runs again this many times, then counts as failed
 
 
+def _faults_of_the_storage(method):
+    """A driver method whose storage or study folder fails (disk full, database down)
+    raises :class:`~searchmaps.ledger.StorageFault`, one line, instead of the database
+    driver's own exception from deep inside Ray Tune."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, OSError) as exc:
+            raise storage_fault(exc, self.plan.storage_url) from exc
+
+    return call
+
+
 @dataclass
 class Progress:
     trainings: int = 0  # units (a whole ladder, or one rung with promotion) finished by this driver
     train_s: float = 0.0  # their workers' wall seconds
     recovered: int = 0  # trials closed at start because no live driver owned them
+    rebuilt: int = 0  # trials opened again at start for candidates with rows the storage had lost
+    not_rebuilt: tuple[str, ...] = ()  # candidates with rows that this search does not include
 
 
 class Driver:
+    @_faults_of_the_storage
     def __init__(self, plan: SearchPlan, ledger: Ledger, study: SearchStudy,
                  on_row: Callable[[RunRecord, int], None] | None = None):
         self.plan = plan
@@ -53,7 +75,8 @@ class Driver:
         self._ready: list[Unit] = []  # claimed by has_work() before the executor started
 
         ledger.register()
-        self._import_legacy_rows()
+        rebuilt, left = study.rebuild(self._import_legacy_rows())
+        self.progress.rebuilt, self.progress.not_rebuilt = rebuilt, tuple(left)
         self.progress.recovered = study.recover()
         self.scheduler = Scheduler(
             seeds=plan.seeds,
@@ -84,6 +107,7 @@ class Driver:
         self._beat = threading.Thread(target=beat, name="searchmaps-heartbeat", daemon=True)
         self._beat.start()
 
+    @_faults_of_the_storage
     def close(self) -> int:
         """Stop: give back unfinished claims, close trials no live driver owns, and bring
         ``runs.csv`` up to date. Returns how many trials were closed."""
@@ -96,6 +120,7 @@ class Driver:
 
     # ------------------------------------------------------------------ work
 
+    @_faults_of_the_storage
     def next_unit(self) -> Unit | object | None:
         """A unit to train now, :data:`~searchmaps.scheduler.WAIT`, or None (done)."""
         with self._lock:
@@ -103,12 +128,16 @@ class Driver:
                 return self._ready.pop(0)
             self._refresh()
             unit = self.scheduler.next()
+            if unit is None and self.plan.candidates is None:  # other drivers may have started candidates since
+                self._refresh(force=True)
+                unit = self.scheduler.next()
             if isinstance(unit, Unit):
                 faults.point("claimed")
                 self.study.open(unit.candidate)
             self._tell()
             return unit
 
+    @_faults_of_the_storage
     def has_work(self) -> bool:
         """Whether anything is left to train or wait for (a first unit is claimed now and
         handed out first), so a resume with nothing to do need not start Ray."""
@@ -118,6 +147,7 @@ class Driver:
                 self._ready.append(unit)
             return unit is not None
 
+    @_faults_of_the_storage
     def release_ready(self) -> None:
         with self._lock:
             for unit in self._ready:
@@ -146,14 +176,18 @@ class Driver:
                 if unit.last < plan.rungs - 1 else None
         return job
 
+    @_faults_of_the_storage
     def partial(self, unit: Unit, records: list[RunRecord]) -> None:
         """Rows of some rungs of a ladder still training (it reports rung by rung)."""
         with self._lock:
             self._store(unit, records)
 
-    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> None:
+    @_faults_of_the_storage
+    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> Status | None:
         """Record a finished training (``wall_s``: its worker's seconds); ``records`` None
-        means its process died (``why``)."""
+        means its process died (``why``): returns then how it was recorded (``crashed``: it
+        runs again; ``failed``: it died too often)."""
+        status = None
         with self._lock:
             if records is None:
                 status = self.scheduler.crash_status(unit)
@@ -164,6 +198,7 @@ class Driver:
                 self.scheduler.release(unit)
             if self.plan.promote and unit.first > 0 and not self.scheduler.needed(unit):
                 self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
+        return status
 
     def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:
         records = [self._check_data(r).replace(role=unit.role) for r in records]
@@ -196,8 +231,9 @@ class Driver:
 
     def _refresh(self, force: bool = False) -> None:
         """Read rows other drivers stored since the last look (throttled), copy them to
-        ``runs.csv`` and give them to the scheduler; now and then retry claims that other
-        drivers held (a dead driver's claims become free)."""
+        ``runs.csv`` and give them to the scheduler, with the candidates other drivers'
+        optimisers started; now and then retry claims that other drivers held (a dead
+        driver's claims become free)."""
         now = time.monotonic()
         if not force and now - self._last_refresh < REFRESH_S:
             return
@@ -208,6 +244,8 @@ class Driver:
             rows = [r for _, r in new]
             self.runs.append(rows)
             self.scheduler.add_rows(rows)
+        if self.plan.candidates is None:  # an optimiser: other drivers' proposals are this study's candidates too
+            self.scheduler.add_candidates(self.study.known_candidates())
         self.scheduler.reconsider()
 
     def _tell(self) -> None:
@@ -223,13 +261,16 @@ class Driver:
                     for rung in range(self.plan.rungs):
                         self.plan.checkpoint(event.candidate, seed, rung).unlink(missing_ok=True)
 
-    def _import_legacy_rows(self) -> None:
+    def _import_legacy_rows(self) -> list[RunRecord]:
         """A study folder whose runs.csv predates the storage's copy of the rows (or whose
-        storage was lost): bring its rows into the storage once, so they count as done."""
+        storage was lost): bring its rows into the storage once, so they count as done.
+        Returns runs.csv's rows."""
         rows = self.runs.read()
         if rows:
             self.ledger.import_rows(lambda r: Unit(r.candidate, r.seed).key, rows)
+        return rows
 
+    @_faults_of_the_storage
     def rows(self) -> list[RunRecord]:
         """Every row of the study, all drivers', from the storage."""
         return [r for _, r in self.ledger.results()]

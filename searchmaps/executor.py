@@ -18,8 +18,11 @@ import time
 
 from .config import ConfigError, TrialSpec
 from .driver import Driver
-from .results import RunRecord
+from .ledger import StorageFault
+from .results import RunRecord, Status
 from .scheduler import WAIT, Unit
+
+RAY_LOGGERS = ("ray.tune", "ray.train", "ray.air")  # their records go to the study's driver.log, not the terminal
 
 
 def configure_ray_env(workers: int) -> None:
@@ -112,8 +115,10 @@ def run_training(config: dict) -> None:
 
     from ray import tune
 
+    from . import faults
     from .train import train_or_fail
 
+    faults.point("training")
     t0 = time.perf_counter()
     spec = TrialSpec.from_dict(config["spec"])
     first, resume = config.get("first", 0), config.get("resume")
@@ -138,18 +143,27 @@ def run_training(config: dict) -> None:
 # --------------------------------------------------------------------------- searcher
 
 
-def make_searcher(driver: Driver):
+def make_searcher(driver: Driver, log=None):
     from ray.tune.search import Searcher
 
     class UnitSearcher(Searcher):
-        """Tune asks for a configuration whenever a worker is free."""
+        """Tune asks for a configuration whenever a worker is free. A storage fault in the
+        driver (disk full, database down) is kept in ``fault``: no more units are handed
+        out, Tune is stopped (:func:`execute`), and the fault is raised once Tune is done."""
 
         def __init__(self):
             super().__init__(metric="val_ppl", mode="min")
             self.units: dict[str, Unit] = {}
+            self.fault: StorageFault | None = None
 
         def suggest(self, trial_id: str):
-            unit = driver.next_unit()
+            if self.fault:
+                return Searcher.FINISHED
+            try:
+                unit = driver.next_unit()
+            except StorageFault as exc:
+                self.fault = exc
+                return Searcher.FINISHED
             if unit is None:
                 return Searcher.FINISHED
             if unit is WAIT:
@@ -159,16 +173,30 @@ def make_searcher(driver: Driver):
             return driver.job(unit)
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
-            if "records" in result and not result.get("final"):
-                driver.partial(self.units[trial_id], [RunRecord.from_json(r) for r in json.loads(result["records"])])
+            if "records" in result and not result.get("final") and not self.fault:
+                try:
+                    driver.partial(self.units[trial_id],
+                                   [RunRecord.from_json(r) for r in json.loads(result["records"])])
+                except StorageFault as exc:
+                    self.fault = exc
 
         def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False):
-            unit = self.units.pop(trial_id)
-            if result and result.get("final"):
-                driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])],
-                                wall_s=float(result.get("unit_wall_s", 0.0)))
-            else:  # the worker process died (killed, out of host memory, node lost)
-                driver.complete(unit, None, "killed, out of memory or node lost; see results/<study>/ray")
+            unit = self.units.pop(trial_id, None)
+            if unit is None or self.fault:  # stopped because the storage failed: the next run trains it
+                return
+            try:
+                if result and result.get("final"):
+                    driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])],
+                                    wall_s=float(result.get("unit_wall_s", 0.0)))
+                    return
+                # the worker process died (killed, out of host memory, node lost)
+                status = driver.complete(unit, None, "killed, out of memory or node lost; see results/<study>/ray")
+            except StorageFault as exc:
+                self.fault = exc
+                return
+            again = "it runs again" if status is Status.CRASHED else "recorded as failed: it died too often"
+            _say(f"searchmaps.run: the training process of {unit.key} died (killed, out of memory or node lost); "
+                 f"{again}" + (f" (Ray's report: {log})" if log else ""))
 
         # The study and the storage are the state: Tune's searcher checkpoints are not needed,
         # and Tune's pickled experiment state gets a placeholder (the driver holds DB handles).
@@ -184,31 +212,126 @@ def make_searcher(driver: Driver):
     return UnitSearcher()
 
 
+def _say(line: str) -> None:
+    """One line on stderr that leaves the progress bar whole."""
+    import sys
+
+    from tqdm import tqdm
+
+    tqdm.write(line, file=sys.stderr)
+
+
 class _NotRestorable:
     """Stands in for the searcher in Tune's pickled state: resume with the same
     ``searchmaps.run`` command instead of ``Tuner.restore``."""
 
 
 def execute(driver: Driver) -> None:
-    """Run the driver's units on Ray Tune until the scheduler says the search is over."""
+    """Run the driver's units on Ray Tune until the scheduler says the search is over.
+    Ray's own reports (a dead worker's ``ActorDiedError`` and its traceback) go to the
+    study's ``ray/driver.log``, not the terminal. Raises :class:`StorageFault` when the
+    storage failed: the trainings in flight are stopped first."""
     from ray import tune
     from ray.tune.logger import JsonLoggerCallback
+    from ray.tune.stopper import Stopper
 
     plan = driver.plan
     resources = {"cpu": plan.cpus_per_trial}
     if plan.gpus_per_trial:
         resources["gpu"] = plan.gpus_per_trial
+    log = plan.study_dir / "ray" / "driver.log"
+    searcher = make_searcher(driver, log)
+
+    class StopOnFault(Stopper):
+        def __call__(self, trial_id, result):
+            return False
+
+        def stop_all(self):
+            return searcher.fault is not None
+
     name = f"tune-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"  # a fresh folder each run: no stale state
     tuner = tune.Tuner(
         tune.with_resources(run_training, resources),
-        tune_config=tune.TuneConfig(search_alg=make_searcher(driver), num_samples=-1,
+        tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1,
                                     max_concurrent_trials=max(1, plan.workers), reuse_actors=True,
                                     trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(name=name, storage_path=str((plan.study_dir / "ray").resolve()), verbose=0,
                                   log_to_file=True, failure_config=tune.FailureConfig(max_failures=0),
-                                  callbacks=[JsonLoggerCallback()]),
+                                  callbacks=[JsonLoggerCallback()], stop=StopOnFault()),
     )
-    tuner.fit()
+    with ray_output_to(log):
+        tuner.fit()
+    if searcher.fault:
+        raise searcher.fault
+
+
+class ray_output_to:
+    """Send Ray Tune's log records and the raylet's error messages (a worker that died)
+    to ``path`` while Tune runs: the search says what happened in one line of its own."""
+
+    def __init__(self, path):
+        self.path = path
+        self.handler = None
+        self.saved: list = []
+
+    def __enter__(self):
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.handler = _QuietFileHandler(self.path, delay=True)
+        self.handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        for name in RAY_LOGGERS:
+            logger = logging.getLogger(name)
+            self.saved.append((logger, logger.propagate))
+            logger.addHandler(self.handler)
+            logger.propagate = False
+        _raylet_errors_to(self.path)
+        return self
+
+    def __exit__(self, *exc):
+        for logger, propagate in self.saved:
+            logger.removeHandler(self.handler)
+            logger.propagate = propagate
+        try:
+            self.handler.close()
+        except OSError:  # the disk is full: the search's own line says so
+            pass
+        return False
+
+
+class _QuietFileHandler(logging.FileHandler):
+    """A log file that stays silent when it cannot be written (a full disk): the search
+    reports the fault itself, in one line."""
+
+    def handleError(self, record):
+        pass
+
+
+_raylet_log: list = []  # where the raylet's error messages go (the study being run)
+
+
+def _raylet_errors_to(path) -> None:
+    """Ray prints the raylet's error messages ("A worker died or was killed ...") on the
+    driver's stdout from a thread of its own, with no setting to turn it off; its printer
+    is wrapped (once) so those messages go to ``path`` instead. Ray's other output is
+    untouched. If a Ray version moves the printer, nothing is wrapped."""
+    import ray._private.worker as ray_worker
+
+    _raylet_log[:] = [path]
+    original = getattr(ray_worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_searchmaps", False):
+        return
+
+    def print_to_stdstream(data, *args, **kwargs):
+        if isinstance(data, dict) and data.get("pid") == "raylet" and _raylet_log:
+            try:
+                with open(_raylet_log[0], "a") as f:
+                    f.write("".join(f"(raylet) {line}\n" for line in data.get("lines", ())))
+                return
+            except OSError:
+                pass
+        return original(data, *args, **kwargs)
+
+    print_to_stdstream._searchmaps = True
+    ray_worker.print_to_stdstream = print_to_stdstream
 
 
 def _trial_dirname(trial) -> str:

@@ -1,12 +1,16 @@
 """Named points where a fault-injection test may kill the search driver.
 
-``SEARCHMAPS_KILL_AT=POINT[:N[:group]]`` makes the N-th pass (default 1) through
+``SEARCHMAPS_KILL_AT=POINT[:N[:group|stop|SIGTERM|SIGINT]]`` makes the N-th pass (default 1) through
 ``POINT`` send SIGKILL to the driver (``group``: to its whole process group, local Ray
-included; ``SIGTERM`` or ``SIGINT``: that signal to the driver, whose handler then runs
-at this point). Unset, :func:`point` costs one dictionary lookup. The points, in search order:
-``ray-start``, ``claimed`` (a unit was claimed, not yet running), ``recorded`` (a result
-is in the storage, not yet in runs.csv), ``told`` (a candidate's trial was told),
-``report``.
+included; ``stop``: SIGSTOP instead, so a test holds the driver, its claims and its
+storage rows still, and lets it go on with SIGCONT; ``SIGTERM`` or ``SIGINT``: that signal
+to the driver, whose handler then runs at this point). Unset, :func:`point` costs one
+dictionary lookup. The points, in search order: ``ray-start``, ``claimed`` (a unit was
+claimed, not yet running), ``training`` (in the Ray worker, as a training starts: kills
+the worker, not the driver; passes are counted per worker process), ``recorded`` (a
+result is in the storage, not yet in runs.csv), ``optuna-told`` (Optuna's ``tell``
+returned, the storage does not yet say the candidate is told), ``told`` (a candidate's
+trial was told), ``report``.
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ def point(name: str) -> None:
         return
     if scope in ("SIGTERM", "SIGINT"):
         os.kill(os.getpid(), signal.Signals[scope])
+        return
+    if scope == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
         return
     if scope == "group":
         os.killpg(os.getpgid(0), signal.SIGKILL)

@@ -87,6 +87,30 @@ class StorageError(ConfigError):
     """The storage cannot be used; the message names ``--storage`` and what to change."""
 
 
+class StorageFault(RuntimeError):
+    """The storage, or a file of the study folder, failed while a search ran (a full disk,
+    a database that went down): a fault of the machine, not of the flags. The message is
+    one line naming what failed (a URL without its password) and the cause."""
+
+
+def storage_fault(exc: BaseException, url: str) -> StorageFault:
+    """The :class:`StorageFault` for ``exc``, a database error (SQLAlchemy's, or one that
+    Optuna wrapped around it) from the storage at ``url``, or an ``OSError`` on a file."""
+    cause = exc
+    while cause is not None and not isinstance(cause, (sa.exc.SQLAlchemyError, OSError)):
+        cause = cause.__cause__ or cause.__context__
+    cause = cause or exc
+    if isinstance(cause, OSError) and not isinstance(cause, sa.exc.SQLAlchemyError):
+        what = cause.filename or "a file of the study folder"
+        return StorageFault(f"{what}: {cause.strerror or describe_db_error(cause)}")
+    shown = sa.engine.make_url(url).render_as_string(hide_password=True)
+    orig = getattr(cause, "orig", None) or cause
+    # the driver's first line says what happened ("server closed the connection unexpectedly",
+    # "database or disk is full"); the lines after it are hints
+    first = next((ln.strip() for ln in str(orig).splitlines() if ln.strip()), "") or describe_db_error(cause)
+    return StorageFault(f"the storage {shown} failed: {first[:200]}")
+
+
 # --------------------------------------------------------------------------- engine
 
 

@@ -23,6 +23,7 @@ from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, c
                   model_overrides, number, numbers, resolve_compile, resolve_precision, train_overrides)
 from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
+from .ledger import StorageFault
 from .plan import SAMPLERS, SearchPlan, check_study_name
 from .spaces import builtin_spaces, feasible_maps, load_space
 
@@ -313,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
         if made:
             forget_new_folder(plan.study_dir)
         return fail(parser.prog, exc)
+    except StorageFault as exc:
+        print(f"{parser.prog}: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
         return EXIT_INTERRUPTED[signal.SIGINT]
@@ -352,11 +356,17 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         driver.close()
         return fail(parser.prog, exc)
+    except StorageFault as exc:
+        bar.close()
+        return storage_failed(parser.prog, exc, driver, ray if not args.ray_address else None)
     else:
         # close: the handlers stay until the report is written, so a signal here ends the run with its code too
         try:
             bar.close()
-            driver.close()
+            try:
+                driver.close()
+            except StorageFault as exc:
+                return storage_failed(parser.prog, exc, driver, ray if not args.ray_address else None)
             if ray is not None and not args.ray_address:
                 ray.shutdown()
             summarise(plan, driver, wall)
@@ -373,6 +383,21 @@ def main(argv: list[str] | None = None) -> int:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
     return 0
+
+
+def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
+    """The storage or the study folder failed mid-search (a fault of the machine): close
+    what the storage still lets us close, stop a local Ray, say so in one line, exit 1.
+    Every row stored before the fault stays; the next run trains the rest."""
+    try:
+        closed = f"{driver.close()} unfinished trial(s) closed"
+    except Exception:  # the storage still fails: the next run closes them
+        closed = "unfinished trials are closed by the next run"
+    if ray is not None:
+        ray.shutdown()
+    print(f"{prog}: {fault}; {closed} — free the space or bring the database back, then run the same command "
+          f"again to resume", file=sys.stderr)
+    return 1
 
 
 class _progress_bar:
@@ -425,6 +450,12 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
               file=sys.stderr)
     if p.recovered:
         print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
+    if p.rebuilt:
+        print(f"the storage had no trial for {p.rebuilt} candidate(s) with rows in runs.csv (a lost or emptied "
+              f"optuna.db): their trials were opened again and told from the rows", file=sys.stderr)
+    if p.not_rebuilt:
+        print(f"not rebuilt: {len(p.not_rebuilt)} candidate(s) of runs.csv this search's flags do not include "
+              f"({', '.join(p.not_rebuilt[:5])}{', ...' if len(p.not_rebuilt) > 5 else ''})", file=sys.stderr)
     all_rows = driver.rows()
     tuning = [r for r in all_rows if r.role == "tuning"]
     rows = [r for r in all_rows if r.role == "eval"]

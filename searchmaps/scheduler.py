@@ -204,6 +204,14 @@ class Scheduler:
         self._in_flight.discard(unit)
         self._elsewhere.discard(unit)
 
+    def add_candidates(self, cands: Iterable[Candidate]) -> None:
+        """Candidates other drivers started (an optimiser's proposals, shared through the
+        storage): they are started here too, before any new proposal, so this driver
+        helps with them and waits for them before it says the search is over."""
+        for cand in cands:
+            if cand not in self._planned and cand not in self._pending:
+                self._pending.append(cand)
+
     def crash_status(self, unit: Unit) -> Status:
         """How to record a training of ``unit`` whose process died: ``crashed`` (it runs
         again) until it has died ``max_crashes`` times, then ``failed``."""

@@ -22,6 +22,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from . import faults
 from .config import Candidate, ConfigError, ReuseMap
 from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
@@ -183,12 +184,16 @@ class SearchStudy:
         return {"candidate": cand.label, "map": str(cand.reuse), "pe": cand.pe,
                 "flops_per_token": self.plan.flops_per_token(cand), "driver": self.ledger.driver_id}
 
-    def _create_running(self, cand: Candidate) -> int:
-        """A RUNNING trial for ``cand``, params and attributes in one storage call."""
+    def _create_running(self, cand: Candidate, replaces: int | None = None) -> int:
+        """A RUNNING trial for ``cand``, params and attributes in one storage call; when it
+        ``replaces`` a closed trial, that trial's intermediate values come along (the rung
+        values reported before its driver stopped are not reported again by a resume
+        whose rungs were all done)."""
         params = candidate_params(self.plan, cand)
+        carried = self.storage.get_trial(self._id_of(replaces)).intermediate_values if replaces is not None else {}
         template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params,
                                              distributions={k: self._dists[k] for k in params},
-                                             user_attrs=self._attrs(cand))
+                                             user_attrs=self._attrs(cand), intermediate_values=carried)
         trial_id = _retry(lambda: self.storage.create_new_trial(self.study_id, template_trial=template))
         return self.storage.get_trial_number_from_id(trial_id)
 
@@ -208,7 +213,7 @@ class SearchStudy:
             return entry.trial_number
         if entry is not None and entry.trial_number is not None and self.state(entry.trial_number) == TrialState.RUNNING:
             return entry.trial_number
-        number = self._create_running(cand)
+        number = self._create_running(cand, replaces=entry.trial_number if entry is not None else None)
         if entry is None:
             got = self.ledger.register_candidate(cand.label, number)
             if got.trial_number == number:
@@ -249,15 +254,16 @@ class SearchStudy:
 
     def known_candidates(self) -> list[Candidate]:
         """Candidates registered in this study so far (by any driver), in trial order:
-        a resumed optimiser search finishes these before it asks for more."""
-        by_label = {}
-        for t in self.study.get_trials(deepcopy=False):
-            label = t.user_attrs.get("candidate")
-            if label and label not in by_label:
-                by_label[label] = Candidate(ReuseMap.parse(t.user_attrs["map"], self.plan.space.model.n_layers),
-                                            t.user_attrs["pe"])
-        return [by_label[e.candidate] for e in sorted(self.ledger.entries(), key=lambda e: e.trial_number or 0)
-                if e.candidate in by_label]
+        a resumed optimiser search finishes these before it asks for more, and a driver
+        reads them again while it runs, so it waits for other drivers' candidates too.
+        From the ledger alone (one query; a candidate is registered before its trial's
+        attributes are written)."""
+        n = self.plan.space.model.n_layers
+        out = []
+        for e in sorted(self.ledger.entries(), key=lambda e: (e.trial_number is None, e.trial_number or 0)):
+            m, _, pe = e.candidate.rpartition("|")
+            out.append(Candidate(ReuseMap.parse(m, n), pe))
+        return out
 
     def report_rung(self, event: RungDone) -> None:
         """A candidate's mean perplexity at one rung of the ladder, as the trial's
@@ -266,11 +272,18 @@ class SearchStudy:
         if not all(r.ok for r in event.rows):
             return
         entry = self.ledger.entry(event.candidate.label)
-        if entry is None or entry.trial_number is None or self.state(entry.trial_number) != TrialState.RUNNING:
+        if entry is None or entry.trial_number is None:
             return
+        number = entry.trial_number
+        if self.state(number) != TrialState.RUNNING:
+            if entry.state != "open":  # told: its values are in
+                return
+            number = self.open(event.candidate)  # closed while its driver was away: the value goes to the new one
+            if number is None or self.state(number) != TrialState.RUNNING:
+                return
         step = int(event.rows[0].horizon_target)
         value = float(np.mean([r.val_ppl for r in event.rows]))
-        _retry(lambda: self.storage.set_trial_intermediate_value(self._id_of(entry.trial_number), step, value))
+        _retry(lambda: self.storage.set_trial_intermediate_value(self._id_of(number), step, value))
 
     def note_tuning(self, event: Tuned) -> None:
         """The candidate's chosen learning rate and each rate's tuning loss, as attributes
@@ -293,8 +306,11 @@ class SearchStudy:
             return False
         entry = self.ledger.entry(label)
         number = entry.trial_number
+        if number is not None and self._told(number):  # a teller died between Optuna's tell and the ledger's
+            self.ledger.end_tell(label, number)
+            return True
         if number is None or self.state(number) != TrialState.RUNNING:
-            number = self._create_running(event.candidate)
+            number = self._create_running(event.candidate, replaces=number)
         trial_id = self._id_of(number)
         rows = event.rows
         first = rows[0]
@@ -326,10 +342,34 @@ class SearchStudy:
         else:
             _retry(lambda: self.study.tell(number, [attrs["val_ppl_mean"], float(first.flops_per_token)],
                                            skip_if_finished=True))
+        faults.point("optuna-told")
         self.ledger.end_tell(label, number)
         return True
 
+    def _told(self, number: int) -> bool:
+        """Whether trial ``number`` was told by :meth:`tell` (finished, with the result's
+        attributes), not closed because its driver stopped."""
+        t = self.storage.get_trial(self._id_of(number))
+        return t.state.is_finished() and "seeds" in t.user_attrs
+
     # ------------------------------------------------------------------ recovery
+
+    def rebuild(self, rows) -> tuple[int, list[str]]:
+        """Open a trial for every candidate ``rows`` (``runs.csv``'s) name but the storage
+        does not (``optuna.db`` was lost or emptied and the rows came back from it): the
+        scheduler then reports its rungs and tells it from the rows, as if it had just
+        finished. A candidate this search's flags do not include (another budget, another
+        space) is left out. Returns (trials opened, labels left out)."""
+        known = {e.candidate for e in self.ledger.entries()}
+        wanted = set(self.plan.candidates) if self.plan.candidates is not None else None
+        opened, left = 0, []
+        for cand in dict.fromkeys(r.candidate for r in rows if r.label not in known):
+            if (wanted is not None and cand not in wanted) or not self.plan.feasible(cand):
+                left.append(cand.label)
+                continue
+            self.open(cand)
+            opened += 1
+        return opened, left
 
     def recover(self) -> int:
         """Close (FAIL, with the reason) every RUNNING trial no live driver owns: one whose

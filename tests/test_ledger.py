@@ -10,7 +10,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from searchmaps.ledger import GRACE_S, Ledger, StorageError, check_storage, drivers
+from searchmaps.ledger import GRACE_S, Ledger, StorageError, check_storage, drivers, make_engine, storage_fault
 from searchmaps.results import RunRecord, Status
 
 
@@ -189,3 +189,16 @@ def test_a_good_storage_passes_the_check(url):
     engine = check_storage(url)
     with engine.begin() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(drivers)).scalar() == 0
+
+
+def test_a_storage_that_fails_mid_search_is_one_line_without_the_password():
+    url = "postgresql://postgres:s3cret@127.0.0.1:1/db"  # nothing listens on port 1: a database that went down
+    with pytest.raises(sa.exc.OperationalError) as err:
+        make_engine(url).connect()
+    msg = str(storage_fault(err.value, url))
+    assert msg.startswith("the storage postgresql://postgres:***@127.0.0.1:1/db failed: ")
+    assert "\n" not in msg and "s3cret" not in msg and "refused" in msg
+    with pytest.raises(OSError) as err:  # a write to a full disk
+        with open("/dev/full", "wb") as f:
+            f.write(b"row")
+    assert str(storage_fault(err.value, url)) == "a file of the study folder: No space left on device"

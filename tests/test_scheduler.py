@@ -54,6 +54,25 @@ def test_fixed_list_hands_out_every_seed_in_order_then_waits_then_ends():
     assert s.next() is None and s.finished
 
 
+def test_an_optimiser_search_waits_for_candidates_other_drivers_started():
+    """The optimiser has nothing more to propose (the study has its --trials), but another
+    driver started B meanwhile: this scheduler takes B up, trains B's seed the other driver
+    has not claimed, and is not done before B's last row arrives."""
+    proposals = iter([A])
+    held = {Unit(B, 0).key}  # the other driver's claim
+    s = Scheduler(seeds=2, propose=lambda: next(proposals, None), claim=lambda u: u.key not in held)
+    assert [(u.candidate, u.seed) for u in drain(s)] == [(A, 0), (A, 1)]
+    s.add_rows([row(A, 0), row(A, 1)])
+    assert s.next() is None  # alone, the search would end here
+    s.add_candidates([A, B])  # read from the storage: A again, and B
+    assert [(u.candidate, u.seed) for u in drain(s)] == [(B, 1)]
+    s.add_rows([row(B, 1)])
+    assert s.next() is WAIT and not s.finished  # B's seed 0 is the other driver's
+    s.add_rows([row(B, 0)])
+    assert s.next() is None and s.finished
+    assert [e.candidate for e in finished(s)] == [A, B]
+
+
 def test_units_are_named_by_candidate_and_seed():
     assert Unit(A, 3).key == "1,1,1,1|rope#3"
     assert Unit(cand("block:2"), 0).key == "block:2|rope#0"

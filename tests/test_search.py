@@ -577,3 +577,207 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
             totals.append(bar.bar.total)
     bar.close()
     assert totals == [6] * 6
+
+
+# ---------------------------------------------------------------------------- told once, rebuilt, waited for
+
+
+@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_values(space_file, tmp_path, ray_env,
+                                                                                        storage, request):
+    """Killed once after the last rung of a ladder is stored but before its candidate is
+    told (the rung values are on a trial the resume closes), then twice right after
+    Optuna's tell returned but before the storage says the candidate is told: after the
+    last resume each candidate has exactly one COMPLETE trial, carrying every rung's value."""
+    url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
+    results = tmp_path / "results"
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--no-report", "--seeds", "1", "--study", "t", "--workers", "1",
+            *LADDER_ARGS] + (["--storage", url] if url else [])
+    killed = 0
+    for kill in ["recorded:3:group", "optuna-told:1:group", "optuna-told:2:group"]:
+        proc = start_cli(ray_env, *args, kill_at=kill)
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
+        killed += 1
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    rows = read_runs(results / "t" / "runs.csv")
+    assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))
+    ts = trials(results, "t", url)
+    assert_study_closed(ts)  # one COMPLETE trial per candidate: the killed tells were not told again
+    for t in ts:
+        if t.state == TrialState.COMPLETE:
+            assert sorted(t.intermediate_values) == [1024, 2048, 4096], (t.number, t.intermediate_values)
+            last = [r.val_ppl for r in rows if r.label == t.user_attrs["candidate"] and r.rung == 2]
+            assert t.values[0] == pytest.approx(last[0]) == t.intermediate_values[4096]
+    assert killed == 3
+
+
+@pytest.mark.parametrize("how", ["deleted", "emptied"])
+def test_a_lost_optuna_db_is_rebuilt_from_runs_csv_without_training_again(ray_cluster, space_file, tmp_path, capsys,
+                                                                          how):
+    results = tmp_path / "results"
+    argv = common(space_file, results, "--seeds", "2", "--study", "lost", "--ray-address", ray_cluster, *LADDER_ARGS)
+    assert main(argv) == 0
+    before_trials = {t.user_attrs["candidate"]: t for t in trials(results, "lost") if t.state == TrialState.COMPLETE}
+    runs = results / "lost" / "runs.csv"
+    before = runs.read_bytes()
+    for f in (results / "lost").glob("optuna.db*"):
+        f.unlink()
+    if how == "emptied":
+        (results / "lost" / "optuna.db").write_bytes(b"")
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    ts = trials(results, "lost")
+    assert_study_closed(ts)
+    assert runs.read_bytes() == before  # nothing trained again, nothing rewritten
+    assert "nothing to train" in err and "opened again and told from the rows" in err
+    for t in ts:
+        old = before_trials[t.user_attrs["candidate"]]
+        assert t.values == old.values and t.intermediate_values == old.intermediate_values
+        assert sorted(t.intermediate_values) == [1024, 2048, 4096]
+        assert {k: v for k, v in t.user_attrs.items() if k != "driver"} == \
+            {k: v for k, v in old.user_attrs.items() if k != "driver"}
+
+
+def wait_stopped(proc, timeout=240):
+    """Until ``proc`` stopped itself (a fault point's SIGSTOP)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        if Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return
+        time.sleep(0.1)
+    raise AssertionError("the driver did not reach its fault point")
+
+
+def test_two_optimiser_drivers_each_end_with_the_whole_study(space_file, tmp_path, ray_env, postgres_url):
+    """The README's several-machines way with tpe: one storage, a results folder per
+    driver. A starts and stops holding its first candidate; B starts, proposes the second
+    and stops holding it; A goes on, trains its candidate and a third, and the study has
+    its --trials 3: A must now wait for B's candidate, which A never proposed and which
+    did not exist when A started. B goes on later. Both folders end with every row."""
+    import pandas as pd
+
+    def args(results):
+        return ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results),
+                "--compile", "off", "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "tpe2",
+                "--sampler", "tpe", "--trials", "3", "--workers", "1", "--storage", postgres_url]
+
+    a = start_cli(ray_env, *args(tmp_path / "a"), kill_at="claimed:1:stop")
+    b = None
+    try:
+        wait_stopped(a)
+        b = start_cli(ray_env, *args(tmp_path / "b"), kill_at="claimed:1:stop")
+        wait_stopped(b)
+        os.kill(a.pid, signal.SIGCONT)
+        runs_a = tmp_path / "a" / "tpe2" / "runs.csv"
+        deadline = time.time() + 300
+        while a.poll() is None and len(read_runs(runs_a)) < 2 and time.time() < deadline:
+            time.sleep(0.2)
+        try:  # A has trained what it could; a driver that does not wait for B's candidate ends now
+            a.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        os.kill(b.pid, signal.SIGCONT)
+        outs = [p.communicate(timeout=600) for p in (a, b)]
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                os.killpg(p.pid, signal.SIGCONT)
+                os.killpg(p.pid, signal.SIGKILL)
+    for p, (_, err) in zip((a, b), outs):
+        assert p.returncode == 0, err[-2000:]
+        assert "Traceback" not in err
+    ts = trials(tmp_path / "a", "tpe2", postgres_url)
+    done = {t.user_attrs["map"] for t in ts if t.state == TrialState.COMPLETE}
+    assert done == MAPS and not [t for t in ts if t.state == TrialState.RUNNING]
+    for results in (tmp_path / "a", tmp_path / "b"):
+        assert_each_pair_once(read_runs(results / "tpe2" / "runs.csv"), seeds=1)
+        summary = pd.read_csv(results / "tpe2" / "summary.csv")
+        assert {c.split("|")[0] for c in summary["candidate"]} == MAPS
+        assert (results / "tpe2" / "report.html").is_file()
+
+
+# ---------------------------------------------------------------------------- faults of the machine
+
+
+@pytest.fixture()
+def small_disk(tmp_path):
+    """A 16 MiB tmpfs, mounted for the test (as root) and unmounted after it: a disk that
+    a test can fill while a search runs."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    out = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(where)], capture_output=True,
+                         text=True)
+    if out.returncode != 0:
+        if os.environ.get("CI"):
+            pytest.fail(f"mounting a tmpfs needs root: {out.stderr.strip()}")
+        pytest.skip(f"cannot mount a tmpfs here (needs root): {out.stderr.strip()}")
+    yield where
+    subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def fill_up(folder: Path) -> Path:
+    """Write zeros into ``folder`` until its disk is full; returns the file."""
+    filler = folder / "filler"
+    with open(filler, "wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * 65536)
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_full_disk_mid_study_is_one_line_exit_1_and_the_resume_finishes(space_file, small_disk, ray_env):
+    args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(small_disk), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--no-report", "--seeds", "2", "--study", "d", "--workers", "1"]
+    runs = small_disk / "d" / "runs.csv"
+    proc = start_cli(ray_env, *args)
+    try:
+        deadline = time.time() + 300
+        while proc.poll() is None and len(read_runs(runs)) < 1 and time.time() < deadline:
+            time.sleep(0.1)
+        filler = fill_up(small_disk)  # the study's storage, runs.csv and Ray's folder are all on this disk
+        _, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 1, err[-3000:]
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 3 and "Traceback" not in err, err[-3000:]  # the headline, the study, the fault
+    assert "optuna.db" in lines[-1] or "runs.csv" in lines[-1]
+    assert "full" in lines[-1] or "No space left" in lines[-1]
+    assert "run the same command again" in lines[-1]
+    before = runs.read_bytes()
+    kept = read_runs(runs)
+    assert 1 <= len(kept) < 6
+    filler.unlink()
+    final = run_cli(ray_env, *args)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert runs.read_bytes().startswith(before)  # nothing lost, nothing rewritten
+    assert_each_pair_once(read_runs(runs))
+    assert_study_closed(trials(small_disk, "d"))
+
+
+def test_a_training_process_that_dies_is_one_short_line_and_runs_again(space_file, tmp_path, ray_env):
+    """Every worker process is killed as it starts its second training (a fault point in
+    the trainable): the search records it, trains it again and exits 0, and Ray's own
+    report of the dead actor is in the study's log, not on the terminal."""
+    results = tmp_path / "results"
+    args = common(space_file, results, "--seeds", "1", "--study", "w", "--workers", "1")
+    out = run_cli(dict(ray_env, SEARCHMAPS_KILL_AT="training:2"), *args)
+    assert out.returncode == 0, out.stderr[-3000:]
+    rows = read_runs(results / "w" / "runs.csv")
+    crashed = [r for r in rows if r.status.value == "crashed"]
+    assert crashed and all("died" in r.error for r in crashed)
+    assert_each_pair_once(rows, seeds=1)
+    assert "Traceback" not in out.stderr and "ActorDiedError" not in out.stderr, out.stderr[-3000:]
+    assert "(raylet)" not in out.stdout + out.stderr
+    died = [ln for ln in out.stderr.splitlines() if "died" in ln]
+    assert len(died) == len(crashed) and all("it runs again" in ln for ln in died)
+    assert "ActorDiedError" in (results / "w" / "ray" / "driver.log").read_text()
