@@ -19,15 +19,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import optuna
-import sqlalchemy as sa
-
 from . import faults
 from .ledger import HEARTBEAT_S, Ledger, StorageFault, storage_fault
 from .plan import SearchPlan
 from .results import RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
-from .study import SearchStudy
+from .study import STORAGE_ERRORS, SearchStudy
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
 MAX_CRASHES = 2  # a training whose process died runs again this many times, then counts as failed
@@ -42,7 +39,7 @@ def _faults_of_the_storage(method):
     def call(self, *args, **kwargs):
         try:
             return method(self, *args, **kwargs)
-        except (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, OSError) as exc:
+        except STORAGE_ERRORS as exc:
             raise storage_fault(exc, self.plan.storage_url) from exc
 
     return call

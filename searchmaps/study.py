@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+import sqlalchemy as sa
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -27,6 +28,10 @@ from .config import Candidate, ConfigError, ReuseMap
 from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
 from .scheduler import Finished, RungDone, Tuned
+
+# what a storage or a study folder that fails mid-search raises (disk full, database down), here
+# so that only this module names Optuna's exceptions
+STORAGE_ERRORS = (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, OSError)
 
 OBJECTIVES = ("val_ppl", "flops_per_token")
 ORPHAN_GRACE_S = 30.0  # a RUNNING trial no candidate names is left alone this long (its driver may be registering it)
