@@ -25,6 +25,7 @@ from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
 from .plan import SAMPLERS, SearchPlan
 from .spaces import builtin_spaces, feasible_maps, load_space
+from .topgroup import DEFAULT_RULE, RULES
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -59,9 +60,10 @@ def build_parser() -> Parser:
                    help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
                         "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
     p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
-    p.add_argument("--top-group", default="hsd", choices=("hsd", "mcb", "holm", "friedman"),
-                   help="the rule that picks the top group, for racing, promotion and the report (default hsd: "
-                        "Tukey's HSD against the best, the seed noise pooled over every map)")
+    p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
+                   help=f"the rule that picks the top group, for racing, promotion and the report (default "
+                        f"{DEFAULT_RULE}: each map against the best on their shared seeds, each pair's noise moderated "
+                        f"towards the others'; calibrated when maps differ in seed noise, benchmarks/README.md)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
@@ -398,13 +400,19 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        from .topgroup import detectable_effect, top_group
+        from .report.sentences import noise_sentence
+        from .topgroup import detectable_effect, noise_check, rule_detail
 
         mat = stats.to_matrix(ok, "val_ppl")
-        group = top_group(mat, plan.top_group_rule, plan.alpha)
+        detail = rule_detail(mat, plan.top_group_rule, plan.alpha)
+        group = detail["top_group"]
         det = detectable_effect(mat, plan.top_group_rule, plan.alpha)
-        print(f"top group ({plan.top_group_rule} rule, alpha {plan.alpha:g}, over the {det['n_seeds']} seeds all "
-              f"{det['k']} candidates share): {', '.join(group)}")
+        seeds = (f"each pair over the seeds it shares, up to {detail['n_seeds']}" if plan.top_group_rule in
+                 ("moderated", "holm") else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
+        print(f"top group ({plan.top_group_rule} rule, alpha {plan.alpha:g}, {seeds}): {', '.join(group)}")
+        noise = noise_sentence(noise_check(mat, plan.top_group_rule, plan.alpha))
+        if noise:
+            print(noise.replace("`", ""))
         if math.isfinite(det["mde"]):
             print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} perplexity "
                   f"({det['mde_pct']:.1f} % of the best mean)" + (" -- the top group's gaps are below it: add seeds"

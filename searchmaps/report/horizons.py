@@ -37,7 +37,7 @@ class HorizonAnalysis:
 
 
 def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
-            n_boot: int = 1000, rule: str = "hsd") -> HorizonAnalysis | None:
+            n_boot: int = 1000, rule: str = "moderated") -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
     None for a study with a single horizon. ``target`` (default: the published numbers'
     horizon when study.json has one, else 10x the longest horizon) is where the fits are

@@ -21,6 +21,7 @@ from .sentences import (
     TEST_NAMES,
     cannot_reject_sentence,
     family_sentences,
+    noise_sentence,
     protocol_sentences,
     result_sentences,
 )
@@ -84,7 +85,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
     info = load_info(study_dir)
-    rule = rule or info.get("top_group_rule") or "hsd"
+    rule = rule or info.get("top_group_rule") or topgroup.DEFAULT_RULE
     if rule not in topgroup.RULES:
         raise ReportError(f"--top-group must be one of {', '.join(topgroup.RULES)}, got {rule!r}")
     runs = last_horizon(records_frame(records))
@@ -103,9 +104,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
     summary = build_summary(runs, ok, res, second, second_name)
     detail = res["rule_detail"]
-    if detail is not None and "gap" in detail:
-        summary["rule_gap"] = summary["candidate"].map(detail["gap"])
-        summary["rule_allowance"] = detail["bound"]
+    summary["rule_gap"] = summary["candidate"].map(detail["gap"])
+    summary["rule_allowance"] = summary["candidate"].map(detail["allowance"])
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     atomic_write_text(study_dir / "summary.csv", summary.to_csv(index=False))
 
@@ -122,9 +122,11 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     warnings = (warning,) if warning else ()
 
     name = info.get("study") or study_dir.name
-    bound = detail["bound"] if detail and "bound" in detail else detail["cd"] if detail else float("nan")
     result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
-                              {"rule": rule, "bound": bound})
+                              {"rule": rule, "bound": detail["bound"], "allowance": detail["allowance"]})
+    noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
+    if noise:
+        result.append(noise)
     if planned_df is not None and res["family_size"]:
         result += family_sentences(planned_df, res["family_size"])
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
