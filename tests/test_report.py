@@ -29,6 +29,7 @@ from searchmaps.report.page import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
+from searchmaps.topgroup import DEFAULT_RULE, top_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def test_summary_matches_runs(realistic):
         "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
         "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
         "n_failed", "rule_gap", "rule_allowance"]
-    ranked = summary.dropna(subset=["mean"])  # the default rule (hsd): in the top group iff the gap is in the allowance
+    ranked = summary.dropna(subset=["mean"])  # the default rule: in the top group iff the gap is in its allowance
     assert (ranked["in_top_group"] == (ranked["rule_gap"] <= ranked["rule_allowance"])).all()
     raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
     s = summary.set_index("candidate")
@@ -121,8 +122,10 @@ def independent_hsd(results: dict, alpha: float = 0.05) -> tuple[set, float]:
     return {c for c, m in zip(names, means) if m - means.min() <= allowance}, allowance
 
 
-def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
-    folder, rep = realistic
+def test_report_sentences_match_the_numbers_under_hsd(realistic, tmp_path):
+    folder = tmp_path / "hsd"
+    shutil.copytree(realistic[0], folder)
+    rep = write_report(folder, rule="hsd")
     top, allowance = independent_hsd(realistic_results())
     text = result_text(rep.path.read_text(encoding="utf-8"))
     m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) perplexity "
@@ -132,6 +135,27 @@ def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
     assert set(re.findall(r"`([^`]+)`", m.group(1))) | {best} == top
     assert close_to(m.group(2), allowance)
     assert set(rep.summary.loc[rep.summary["in_top_group"], "candidate"]) == top
+
+
+def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
+    """moderated: each candidate has its own allowance (its pair's noise); the sentences give
+    their range, from summary.csv, and the top group is the rule's on the same matrix."""
+    folder, rep = realistic
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within their own allowances of "
+                  r"the moderated rule, ([\d.]+) to ([\d.]+) perplexity\); (.+?) (?:is|are) significantly worse "
+                  r"\(gaps beyond their own allowances of the moderated rule, ([\d.]+) to ([\d.]+) perplexity\)", text)
+    assert m, text
+    s = rep.summary.set_index("candidate")
+    best = re.search(r"`([^`]+)` is best", text).group(1)
+    inside = [c for c in s.index[s["in_top_group"]] if c != best]
+    assert set(re.findall(r"`([^`]+)`", m.group(1))) == set(inside)
+    worse = s[~s["in_top_group"] & s["mean"].notna()]
+    assert close_to(m.group(2), s.loc[inside, "rule_allowance"].min())
+    assert close_to(m.group(3), s.loc[inside, "rule_allowance"].max())
+    assert close_to(m.group(5), worse["rule_allowance"].min()) and close_to(m.group(6), worse["rule_allowance"].max())
+    mat = pd.DataFrame({c: v for c, v in realistic_results().items() if v[0] is not None}, dtype=float)
+    assert list(s.index[s["in_top_group"]]) == top_group(mat, DEFAULT_RULE)
 
 
 def test_report_sentences_match_the_numbers(realistic, tmp_path):
@@ -598,3 +622,33 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     assert "predicts" in page  # the deep map is predicted to pass others (or the page says no change)
     # the report's own analysis is at the last horizon
     assert set(report.summary["candidate"]) == set(by_rung[2])
+
+
+# ---------------------------------------------------------------------------- unequal seed noise
+
+
+def unequal_noise_results() -> dict:
+    """Eleven maps x 5 seeds: four tied best maps with seed noise sd 2, seven quiet ones
+    (sd 0.15) one perplexity worse."""
+    maps = [",".join(map(str, m)) + "|rope" for m in itertools.product((1, 2, 3), repeat=4)][:11]
+    rng = np.random.default_rng(1)
+    sds, mu = np.r_[[2.0] * 4, [0.15] * 7], np.r_[[14.0] * 4, [15.0] * 7]
+    x = np.round(mu + rng.normal(size=(5, 1)) * 0.5 + rng.normal(size=(5, 11)) * sds, 3)
+    return {m: list(x[:, i]) for i, m in enumerate(maps)}
+
+
+def test_the_report_says_when_seed_noise_differs_and_what_hsd_would_conclude(realistic, tmp_path):
+    assert "seed noise differs" not in result_text(realistic[1].path.read_text(encoding="utf-8"))
+    rep = write_report(make_study(tmp_path / "noisy", unequal_noise_results()))
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    m = re.search(r"The maps' seed noise differs: the noisiest map's residual sd is ([\d.]+)× the quietest's "
+                  r"\(equally noisy maps exceed ([\d.]+)× in 5 % of studies this size; .*?\); the top group is the "
+                  r"moderated rule's; hsd, which assumes equal noise, would leave out (.+?)\.", text)
+    assert m, text
+    mat = pd.DataFrame(unequal_noise_results(), dtype=float)
+    assert float(m.group(1)) > float(m.group(2)) >= 1.5
+    dropped = set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))
+    assert dropped and set(re.findall(r"`([^`]+)`", m.group(3))) == dropped
+    hsd = write_report(rep.path.parent, rule="hsd")
+    assert "which assumes equal noise: --top-group moderated does not." in result_text(
+        hsd.path.read_text(encoding="utf-8"))

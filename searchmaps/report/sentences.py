@@ -349,10 +349,10 @@ def noise_sentence(check: dict) -> str | None:
     if not check["unequal"]:
         return None
     rule, group, pooled = check["rule"], check["group"], check["pooled_group"]
-    text = (f"The maps' seed noise differs: the noisiest map's residual sd is {check['spread']:.1f}× the quietest's, "
-            f"above {check['threshold']:.1f}× (what equally noisy maps exceed in 5 % of studies of this size, and at "
-            f"least 1.5×, where pooling the noise over every map already drops a map as good as the best in 8 % of "
-            f"studies, 17 % at 4×); the top group is the {rule} rule's")
+    text = (f"The maps' seed noise differs: the noisiest map's residual sd is {check['spread']:.1f}× the quietest's "
+            f"(equally noisy maps exceed {check['threshold']:.1f}× in 5 % of studies this size; pooling the noise over "
+            f"every map drops a map as good as the best in 8 % of studies from 1.5×, 17 % at 4×); the top group is "
+            f"the {rule} rule's")
     if rule in ("hsd", "mcb"):
         text += ", which assumes equal noise: --top-group moderated does not"
     added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
