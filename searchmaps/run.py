@@ -388,7 +388,7 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
     ok = frame[(frame["status"] == "ok") & frame["val_ppl"].map(math.isfinite)]
     ok = ok.drop_duplicates(["candidate", "seed"], keep="last")
     print(f"{'candidate':<24} {'FLOPs/token':>13} {'seeds':>5} {'val ppl':>9} {'± sem':>8}")
-    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_ppl"].mean()):
+    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_loss"].mean()):  # the tested scale
         sem = g["val_ppl"].std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else float("nan")
         print(f"{cand:<24} {int(g['flops_per_token'].iloc[0]):>13,} {len(g):>5} {fmt_ppl(g['val_ppl'].mean()):>9} "
               f"{fmt_ppl(sem):>8}")
@@ -403,7 +403,7 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         from .report.sentences import noise_sentence
         from .topgroup import detectable_effect, noise_check, rule_detail
 
-        mat = stats.to_matrix(ok, "val_ppl")
+        mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
         detail = rule_detail(mat, plan.top_group_rule, plan.alpha)
         group = detail["top_group"]
         det = detectable_effect(mat, plan.top_group_rule, plan.alpha)
@@ -414,9 +414,9 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         if noise:
             print(noise.replace("`", ""))
         if math.isfinite(det["mde"]):
-            print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} perplexity "
-                  f"({det['mde_pct']:.1f} % of the best mean)" + (" -- the top group's gaps are below it: add seeds"
-                                                                  if len(group) > 1 else ""))
+            print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} nats of "
+                  f"validation loss ({det['mde_pct']:.1f} % of the best mean loss)"
+                  + (" -- the top group's gaps are below it: add seeds" if len(group) > 1 else ""))
 
 
 def print_ladder(plan: SearchPlan, rows) -> None:

@@ -84,19 +84,22 @@ def test_summary_matches_runs(realistic):
 
 
 def independent_analysis(results: dict, reference: str, alpha: float = 0.05) -> dict:
-    """The report's numbers from scipy and statsmodels on the raw per-seed table: means,
-    CI half-widths, paired t-test p of every pair Holm-corrected over all pairs, the top
-    group."""
+    """The report's numbers from scipy and statsmodels on the raw per-seed table: means and
+    CI half-widths of perplexity (``ppl``, ``half``: what the report shows), paired t-test p
+    of every pair on validation loss (log perplexity: the tested scale) Holm-corrected over
+    all pairs, the top group."""
     raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    loss = {c: np.log(x) for c, x in raw.items()}
     names = sorted(raw)
     pairs = list(itertools.combinations(names, 2))
-    p = [stats.ttest_rel(raw[a], raw[b]).pvalue for a, b in pairs]
+    p = [stats.ttest_rel(loss[a], loss[b]).pvalue for a, b in pairs]
     adj = dict(zip(pairs, multipletests(p, method="holm")[1]))
     adj.update({(b, a): v for (a, b), v in list(adj.items())})
-    mean = {c: x.mean() for c, x in raw.items()}
+    mean = {c: x.mean() for c, x in loss.items()}
     best = min(mean, key=mean.get)
     worse = {c for c in names if c != best and adj[(c, best)] <= alpha and mean[c] > mean[best]}
-    return {"mean": mean, "best": best, "adj": adj, "worse": worse, "top": set(names) - worse,
+    return {"mean": mean, "ppl": {c: x.mean() for c, x in raw.items()}, "best": best, "adj": adj, "worse": worse,
+            "top": set(names) - worse,
             "half": {c: stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)) for c, x in raw.items()},
             "beats_reference": {c for c in set(names) - worse - {reference}
                                 if adj[(c, reference)] <= alpha and mean[c] < mean[reference]}}
@@ -111,7 +114,7 @@ def close_to(text: str, value: float) -> bool:
 def independent_hsd(results: dict, alpha: float = 0.05) -> tuple[set, float]:
     """The default rule from its definition, with numpy and scipy: residual sd of the
     additive candidate + seed model, the studentized range quantile, the top group."""
-    raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    raw = {c: np.log(np.array(v, dtype=float)) for c, v in results.items() if v[0] is not None}  # loss, nats
     names = sorted(raw)
     x = np.column_stack([raw[c] for c in names])
     n, k = x.shape
@@ -128,7 +131,7 @@ def test_report_sentences_match_the_numbers_under_hsd(realistic, tmp_path):
     rep = write_report(folder, rule="hsd")
     top, allowance = independent_hsd(realistic_results())
     text = result_text(rep.path.read_text(encoding="utf-8"))
-    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) perplexity "
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) nats "
                   r"allowance of the hsd rule\); (.+?) (?:is|are) significantly worse", text)
     assert m, text
     best = re.search(r"`([^`]+)` is best", text).group(1)
@@ -143,8 +146,8 @@ def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
     folder, rep = realistic
     text = result_text(rep.path.read_text(encoding="utf-8"))
     m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within their own allowances of "
-                  r"the moderated rule, ([\d.]+) to ([\d.]+) perplexity\); (.+?) (?:is|are) significantly worse "
-                  r"\(gaps beyond their own allowances of the moderated rule, ([\d.]+) to ([\d.]+) perplexity\)", text)
+                  r"the moderated rule, ([\d.]+) to ([\d.]+) nats\); (.+?) (?:is|are) significantly worse "
+                  r"\(gaps beyond their own allowances of the moderated rule, ([\d.]+) to ([\d.]+) nats\)", text)
     assert m, text
     s = rep.summary.set_index("candidate")
     best = re.search(r"`([^`]+)` is best", text).group(1)
@@ -154,7 +157,7 @@ def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
     assert close_to(m.group(2), s.loc[inside, "rule_allowance"].min())
     assert close_to(m.group(3), s.loc[inside, "rule_allowance"].max())
     assert close_to(m.group(5), worse["rule_allowance"].min()) and close_to(m.group(6), worse["rule_allowance"].max())
-    mat = pd.DataFrame({c: v for c, v in realistic_results().items() if v[0] is not None}, dtype=float)
+    mat = np.log(pd.DataFrame({c: v for c, v in realistic_results().items() if v[0] is not None}, dtype=float))
     assert list(s.index[s["in_top_group"]]) == top_group(mat, DEFAULT_RULE)
 
 
@@ -168,7 +171,7 @@ def test_report_sentences_match_the_numbers(realistic, tmp_path):
 
     m = re.search(r"`([^`]+)` is best \(([\d.]+) ± ([\d.]+) validation perplexity, mean ± 95 % CI\)", text)
     assert m and m.group(1) == best, text
-    assert close_to(m.group(2), truth["mean"][best]) and close_to(m.group(3), truth["half"][best])
+    assert close_to(m.group(2), truth["ppl"][best]) and close_to(m.group(3), truth["half"][best])
 
     m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(p = ([^)]+)\); (.+?) (?:is|are) significantly "
                   r"worse \(p ≤ ([\d.]+)\)", text)
@@ -186,7 +189,8 @@ def test_report_sentences_match_the_numbers(realistic, tmp_path):
     # every top-group map beats the baseline here, all at corrected p < 0.01
     assert truth["beats_reference"] == truth["top"]
     assert max(truth["adj"][(c, "1,1,1,1|rope")] for c in truth["top"]) < 0.01
-    assert "All three beat the baseline `1,1,1,1|rope` (p < 0.01)." in text
+    word = {3: "three", 4: "four", 5: "five"}[len(truth["top"])]
+    assert f"All {word} beat the baseline `1,1,1,1|rope` (p < 0.01)." in text
     assert "`4,4,1,1|rope` failed on all 5 seeds (non-finite training loss (nan) at step 3) and is not ranked." in text
 
 
@@ -219,7 +223,7 @@ def test_planned_and_all_pairs_verdicts_that_differ_are_explained(tmp_path):
     for i, m in enumerate(("1,2", "3,1", "1,3", "2,2")):
         results[f"{m}|rope"] = off + 0.3 * np.roll([1.0, -1, 0.5, -0.5, 0], i)
     results = {c: list(v) for c, v in results.items()}
-    p_raw = stats.ttest_rel(results["2,1|rope"], results["1,1|rope"]).pvalue  # 0.017
+    p_raw = stats.ttest_rel(np.log(results["2,1|rope"]), np.log(results["1,1|rope"])).pvalue  # on the loss
     truth = independent_analysis(results, "1,1|rope")
     assert p_raw <= 0.05 < truth["adj"][("2,1|rope", "1,1|rope")]  # the table does what it is meant to
 
@@ -262,8 +266,9 @@ def test_family_sentences_name_each_pair_in_either_direction():
 
 def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     # results/ilr-table1-rope-flops: runs.csv from before run ids (a candidate column, no
-    # run_id, rung or role). The README's example: 1,1,1,2 vs the baseline is worse in the
-    # planned family (corrected p = 0.016 over 12) but not among all 55 pairs (0.068).
+    # run_id, rung or role). On perplexity 1,1,1,2 vs the baseline was worse in the planned
+    # family (corrected p = 0.016 over 12) but not among all 55 pairs (0.068); on validation
+    # loss, the declared scale, it is worse in both (0.0031 and 0.022).
     folder = tmp_path / "ilr-table1-rope-flops"
     shutil.copytree(ROOT / "results" / "ilr-table1-rope-flops", folder)
     before = (folder / "runs.csv").read_bytes()
@@ -272,9 +277,11 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     assert (folder / "runs.csv").read_bytes() == before
     assert len(pd.read_csv(folder / "summary.csv")) == 11 and len(pd.read_csv(folder / "planned.csv")) == 12
     text = result_text((folder / "report.html").read_text(encoding="utf-8"))
-    assert ("`1,1,1,2|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons (corrected "
-            "over 12), p = 0.016, but not in the all-pairs analysis (corrected over 55), p = 0.068.") in text
-    assert "`1,2,1,1|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons" in text
+    planned = pd.read_csv(folder / "planned.csv").set_index(["candidate", "against"])
+    row = planned.loc[("1,1,1,2|rope", "1,1,1,1|rope")]
+    assert row.p_adjusted == pytest.approx(0.0031, abs=1e-4) and row.p_all_pairs == pytest.approx(0.022, abs=1e-3)
+    assert row.significant and row.significant_all_pairs
+    assert "`1,1,1,1|rope` is best" in text
 
 
 # ---------------------------------------------------------------------------- exact tests that cannot reject
@@ -319,7 +326,7 @@ def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder / "report.html")
     page = (folder / "report.html").read_text(encoding="utf-8")
-    assert "exact paired sign-flip test on validation perplexity" in page and "Bonferroni correction" in page
+    assert "exact paired sign-flip test on validation loss per seed" in page and "Bonferroni correction" in page
     summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
     assert "p_vs_best_ttest" in summary.columns
     assert summary.loc["2,1,1,1|rope", "diff_to_reference"] == 0
@@ -645,7 +652,7 @@ def test_the_report_says_when_seed_noise_differs_and_what_hsd_would_conclude(rea
                   r"\(equally noisy maps exceed ([\d.]+)× in 5 % of studies this size; .*?\); the top group is the "
                   r"moderated rule's; hsd, which assumes equal noise, would leave out (.+?)\.", text)
     assert m, text
-    mat = pd.DataFrame(unequal_noise_results(), dtype=float)
+    mat = np.log(pd.DataFrame(unequal_noise_results(), dtype=float))  # the tested scale: validation loss
     assert float(m.group(1)) > float(m.group(2)) >= 1.5
     dropped = set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))
     assert dropped and set(re.findall(r"`([^`]+)`", m.group(3))) == dropped

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"t-tests; friedman: ranks with Nemenyi's critical difference)")
     p.add_argument("--target-effect", default=None, metavar="E",
                    help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
-                        "(E in perplexity, or 2%% of the best mean)")
+                        "(E in nats of validation loss, the scale of the tests, or 1%% of the best mean loss)")
     p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-specified comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "

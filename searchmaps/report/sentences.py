@@ -90,7 +90,7 @@ def _rule_reason(rule: dict | None, top: bool, cands=()) -> str:
     """Why candidates are in or out under a rule with allowances: their gaps against the
     allowance (one for a pooled rule; each pair's own for moderated, given as a range)."""
     name, bound = rule["rule"], rule["bound"]
-    unit = "in mean rank" if name == "friedman" else "perplexity"
+    unit = "in mean rank" if name == "friedman" else "nats"
     own = [rule["allowance"][c] for c in cands if np.isfinite(rule.get("allowance", {}).get(c, np.nan))]
     if name == "moderated" and own:
         lo, hi = min(own), max(own)
@@ -269,7 +269,8 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
         out.append(f"Model: {m.get('n_layers')} layers, d_model {m.get('d_model')}, {m.get('n_heads')} heads, "
                    f"FFN {m.get('ffn_hidden')}, sequence {m.get('seq_len')}, vocabulary {m.get('vocab_size')}{size}.")
     out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
-               f"{TEST_NAMES[res['method']]} on validation perplexity per seed, two-sided, with the "
+               f"{TEST_NAMES[res['method']]} on validation loss per seed (nats: the declared scale of every test, the top "
+               f"group and the detectable difference; perplexity is shown for reading only), two-sided, with the "
                f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
                f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}.")
     out += _rule_sentences(res)
@@ -325,16 +326,16 @@ def _rule_sentences(res: dict) -> list[str]:
         dof = [v for v in d["dof"].values() if np.isfinite(v)]
         if not own:
             return [head + ": no candidate shares two seeds with the best, so none can be ruled out."]
-        prior = (f"prior sd of a paired difference {d['s0']:.3g} perplexity on {d['d0']:.3g} degrees of freedom"
+        prior = (f"prior sd of a paired difference {d['s0']:.3g} nats on {d['d0']:.3g} degrees of freedom"
                  if np.isfinite(d["s0"]) and d["d0"] > 0 else "no prior borrowed (the pairs' noise differs too much)")
         return [head + f": each pair uses the seeds it shares (up to {max(d['n_pairs'].values())}); {prior}; "
                        f"{min(dof):.3g} to {max(dof):.3g} degrees of freedom per pair; a candidate stays in when its "
-                       f"gap to the best is at most its own allowance, {min(own):.3g} to {max(own):.3g} perplexity."]
+                       f"gap to the best is at most its own allowance, {min(own):.3g} to {max(own):.3g} nats."]
     const = f"q = {d['q']:.3g} (studentized range of {len(d['gap'])} means)" if rule == "hsd" else \
         f"d = {d['d']:.3g} (one-sided Dunnett, {len(d['gap']) - 1} comparisons)"
-    out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} perplexity on {d['dof']} degrees of "
+    out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} nats on {d['dof']} degrees of "
                   f"freedom, {const}; a candidate stays in when its gap to the best "
-                  f"{'of the others ' if rule == 'mcb' else ''}is at most {d['bound']:.3g} perplexity."]
+                  f"{'of the others ' if rule == 'mcb' else ''}is at most {d['bound']:.3g} nats."]
     if rule == "mcb":
         out.append("MCB's guarantee is that the best map is in the group with probability ≥ 1 − α; it may drop a map "
                    "tied with the best (in simulation, some tied map in 11-47 % of all-equal studies), which the "
@@ -366,7 +367,7 @@ def _power_sentences(res: dict) -> list[str]:
     det = res.get("detectable")
     if det is not None and np.isfinite(det["mde"]):
         out = [f"Minimum detectable difference of the {det['rule']} rule: with {det['n_seeds']} seeds it rules out a "
-               f"map {det['mde']:.3g} perplexity worse than the best ({det['mde_pct']:.1f} % of the best mean) with "
+               f"map {det['mde']:.3g} nats worse than the best ({det['mde_pct']:.1f} % of the best mean loss) with "
                f"{det['power']:.0%} power, by simulation at this study's residual sd {det['sd']:.3g} with the other "
                f"maps tied with the best (searchmaps.report --target-effect says how many seeds a smaller effect "
                f"needs)."]
@@ -381,7 +382,7 @@ def _power_sentences(res: dict) -> list[str]:
     best = res["summary"]["mean"].min()
     out = [f"Minimum detectable difference: with {n} seeds (sd of paired differences {mde['sd_diff']:.3g}), "
            f"a paired t-test at α/m over m = {m} pairs finds a true difference of {mde['mde']:.3g} "
-           f"perplexity ({100 * mde['mde'] / best:.1f} % of the best mean) with {mde['power']:.0%} power "
+           f"nats ({100 * mde['mde'] / best:.1f} % of the best mean loss) with {mde['power']:.0%} power "
            f"({'; '.join(more)})."]
     return out + _gaps_below(res, mde["mde"])
 

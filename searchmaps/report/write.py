@@ -207,13 +207,13 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
 
 
 def parse_effect(text: str, best_mean: float) -> float:
-    """``--target-effect``: ``2%`` of the best mean, or a number of perplexity points."""
+    """``--target-effect``: ``1%`` of the best mean validation loss, or a loss difference in nats."""
     t = str(text).strip()
     try:
         value = float(t[:-1]) * best_mean / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ReportError(f"--target-effect takes a perplexity difference like 0.5 or a share of the best mean "
-                          f"like 2%, got {text!r}") from None
+        raise ReportError(f"--target-effect takes a validation-loss difference in nats like 0.02 or a share of the best "
+                          f"mean loss like 1%, got {text!r}") from None
     if not value > 0:
         raise ReportError(f"--target-effect must be positive, got {text!r}")
     return value
@@ -227,10 +227,10 @@ def _planning(ok: pd.DataFrame, rule: str, alpha: float, target_effect: str) -> 
     n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=60 if rule == "friedman" else 200)
     now = topgroup.detectable_effect(mat, rule, alpha)
     if n is None:
-        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+        text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule would need more than {60 if rule == 'friedman' else 200} seeds at this noise.")
     else:
-        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+        text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule needs {n} seeds at this study's noise (residual sd {now['sd']:.3g}); it has "
                 f"{now['n_seeds']}, which resolve {now['mde']:.3g}.")
     return {"effect": effect, "seeds": n, "rule": rule, "sentence": text, "now": now}
