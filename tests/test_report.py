@@ -659,3 +659,26 @@ def test_the_report_says_when_seed_noise_differs_and_what_hsd_would_conclude(rea
     hsd = write_report(rep.path.parent, rule="hsd")
     assert "which assumes equal noise: --top-group moderated does not." in result_text(
         hsd.path.read_text(encoding="utf-8"))
+
+
+def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
+    """A raced study: c and b raced on to 10 seeds, a was dropped after 3, on which it is
+    within noise of the best. The analysis on every seed keeps it; the report says so."""
+    rng = np.random.default_rng(2)
+    shift = rng.normal(0, 0.5, 10)
+    results = {"1,1|rope": list(np.round(12.0 + shift + rng.normal(0, 0.05, 10), 4)),
+               "2,1|rope": list(np.round(12.3 + shift + rng.normal(0, 0.05, 10), 4)),
+               "1,2|rope": list(np.round(12.05 + shift[:3] + rng.normal(0, 0.4, 3), 4)) + [None] * 7}
+    folder = tmp_path / "raced"
+    folder.mkdir()
+    RunsFile(folder / "runs.csv").append([r for r in study_records(results, study="raced") if r.ok])
+    (folder / "study.json").write_text(json.dumps(study_info("raced", 10, racing=True)))
+    rep = write_report(folder)
+    s = rep.summary.set_index("candidate")
+    assert s.loc["1,2|rope", "n_seeds"] == 3 and s.loc["1,2|rope", "in_top_group"]
+    assert not s.loc["2,1|rope", "in_top_group"]  # separable on the ten seeds the race gave it
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    assert "`1,2|rope` is in the top group although the race dropped it after 3 seeds" in text
+    info = json.loads((folder / "study.json").read_text())
+    (folder / "study.json").write_text(json.dumps({**info, "racing": False}))
+    assert "the race dropped" not in result_text(write_report(folder).path.read_text(encoding="utf-8"))

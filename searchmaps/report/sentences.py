@@ -363,6 +363,24 @@ def noise_sentence(check: dict) -> str | None:
     return text + f"; hsd, which assumes equal noise, would {' and '.join(parts)}."
 
 
+def readmitted_sentence(summary: pd.DataFrame, racing: bool) -> str | None:
+    """In a raced study, the maps the race dropped (fewer seeds than the survivors) that the
+    report's analysis, on every seed each map has, puts back in the top group: said, not
+    silently re-admitted. None when there are none."""
+    ok = summary[summary["n_seeds"] > 0]
+    if not racing or ok.empty:
+        return None
+    back = ok[(ok["n_seeds"] < ok["n_seeds"].max()) & ok["in_top_group"]]
+    if back.empty:
+        return None
+    seeds = sorted(set(back["n_seeds"].astype(int)))
+    one = len(back) == 1
+    return (f"{_names(list(back['candidate']))} {_verb(len(back), 'is', 'are')} in the top group although the race "
+            f"dropped {'it' if one else 'them'} after {' or '.join(map(str, seeds))} seeds: analysed once at α on "
+            f"every seed each map has, {'its' if one else 'their'} pair with the best shares only those seeds, too "
+            f"few to rule {'it' if one else 'them'} out here; the race's decision stands for the seeds it spent.")
+
+
 def _power_sentences(res: dict) -> list[str]:
     det = res.get("detectable")
     if det is not None and np.isfinite(det["mde"]):

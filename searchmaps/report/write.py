@@ -23,6 +23,7 @@ from .sentences import (
     family_sentences,
     noise_sentence,
     protocol_sentences,
+    readmitted_sentence,
     result_sentences,
 )
 from .summary import (
@@ -125,8 +126,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
                               {"rule": rule, "bound": detail["bound"], "allowance": detail["allowance"]})
     noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
-    if noise:
-        result.append(noise)
+    readmitted = readmitted_sentence(summary, bool(info.get("racing")))
+    result += [s for s in (noise, readmitted) if s]
     if planned_df is not None and res["family_size"]:
         result += family_sentences(planned_df, res["family_size"])
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
