@@ -93,8 +93,7 @@ def _rule_reason(rule: dict | None, top: bool, cands=()) -> str:
     unit = "in mean rank" if name == "friedman" else "nats"
     own = [rule["allowance"][c] for c in cands if np.isfinite(rule.get("allowance", {}).get(c, np.nan))]
     if name == "moderated" and own:
-        lo, hi = min(own), max(own)
-        what = f"{lo:.3g} {unit}" if f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g} to {hi:.3g} {unit}"
+        what = f"{_span(own)} {unit}"
         return (f"gaps to the best within their own allowances of the {name} rule, {what}" if top else
                 f"gaps beyond their own allowances of the {name} rule, {what}")
     return (f"gaps to the best within the {bound:.3g} {unit} allowance of the {name} rule" if top else
@@ -311,6 +310,12 @@ def _floor_sentences(res: dict, correction: str) -> list[str]:
             f"and a pair needs {step}, so it {can}."]
 
 
+def _span(values) -> str:
+    """``0.15 to 0.19``, or one number when they print alike."""
+    lo, hi = f"{min(values):.3g}", f"{max(values):.3g}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def _rule_sentences(res: dict) -> list[str]:
     """Which rule chose the top group, and with what allowance."""
     rule, d = res.get("rule", "holm"), res.get("rule_detail")
@@ -329,8 +334,8 @@ def _rule_sentences(res: dict) -> list[str]:
         prior = (f"prior sd of a paired difference {d['s0']:.3g} nats on {d['d0']:.3g} degrees of freedom"
                  if np.isfinite(d["s0"]) and d["d0"] > 0 else "no prior borrowed (the pairs' noise differs too much)")
         return [head + f": each pair uses the seeds it shares (up to {max(d['n_pairs'].values())}); {prior}; "
-                       f"{min(dof):.3g} to {max(dof):.3g} degrees of freedom per pair; a candidate stays in when its "
-                       f"gap to the best is at most its own allowance, {min(own):.3g} to {max(own):.3g} nats."]
+                       f"{_span(dof)} degrees of freedom per pair; a candidate stays in when its "
+                       f"gap to the best is at most its own allowance, {_span(own)} nats."]
     const = f"q = {d['q']:.3g} (studentized range of {len(d['gap'])} means)" if rule == "hsd" else \
         f"d = {d['d']:.3g} (one-sided Dunnett, {len(d['gap']) - 1} comparisons)"
     out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} nats on {d['dof']} degrees of "
