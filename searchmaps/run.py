@@ -358,7 +358,6 @@ class _progress_bar:
 def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
     """What this run did, every candidate's result, and the answer: the top group and the
     smallest difference the seeds can detect."""
-    from . import stats
     from .results import records_frame
 
     p = driver.progress
@@ -400,23 +399,33 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        from .report.sentences import noise_sentence
-        from .topgroup import detectable_effect, noise_check, rule_detail
+        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
+            print(line)
 
-        mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
-        detail = rule_detail(mat, plan.top_group_rule, plan.alpha)
-        group = detail["top_group"]
-        det = detectable_effect(mat, plan.top_group_rule, plan.alpha)
-        seeds = (f"each pair over the seeds it shares, up to {detail['n_seeds']}" if plan.top_group_rule in
-                 ("moderated", "holm") else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
-        print(f"top group ({plan.top_group_rule} rule, alpha {plan.alpha:g}, {seeds}): {', '.join(group)}")
-        noise = noise_sentence(noise_check(mat, plan.top_group_rule, plan.alpha))
-        if noise:
-            print(noise.replace("`", ""))
-        if math.isfinite(det["mde"]):
-            print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} nats of "
-                  f"validation loss ({det['mde_pct']:.1f} % of the best mean loss)"
-                  + (" -- the top group's gaps are below it: add seeds" if len(group) > 1 else ""))
+
+def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
+    """The terminal summary's answer for successful rows ``ok`` (two or more candidates):
+    the top group by ``rule`` on validation loss, the sentence on unequal seed noise when
+    it applies, and the smallest gap these seeds resolve."""
+    from . import stats
+    from .report.sentences import noise_sentence
+    from .topgroup import detectable_effect, noise_check, rule_detail
+
+    mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
+    detail = rule_detail(mat, rule, alpha)
+    group = detail["top_group"]
+    det = detectable_effect(mat, rule, alpha)
+    seeds = (f"each pair over the seeds it shares, up to {detail['n_seeds']}" if rule in ("moderated", "holm")
+             else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
+    out = [f"top group ({rule} rule, alpha {alpha:g}, {seeds}): {', '.join(group)}"]
+    noise = noise_sentence(noise_check(mat, rule, alpha))
+    if noise:
+        out.append(noise.replace("`", ""))
+    if math.isfinite(det["mde"]):
+        out.append(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} nats of "
+                   f"validation loss ({det['mde_pct']:.1f} % of the best mean loss)"
+                   + (" -- the top group's gaps are below it: add seeds" if len(group) > 1 else ""))
+    return out
 
 
 def print_ladder(plan: SearchPlan, rows) -> None:

@@ -682,3 +682,21 @@ def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
     info = json.loads((folder / "study.json").read_text())
     (folder / "study.json").write_text(json.dumps({**info, "racing": False}))
     assert "the race dropped" not in result_text(write_report(folder).path.read_text(encoding="utf-8"))
+
+
+def test_the_terminal_summary_says_it_too():
+    """searchmaps.run's summary prints the same noise sentence as the report, without markup."""
+    from searchmaps.run import top_group_lines
+    from searchmaps.stats import to_matrix
+
+    rows = [{"candidate": c, "seed": s, "val_loss": float(np.log(v)), "val_ppl": v}
+            for c, vals in unequal_noise_results().items() for s, v in enumerate(vals)]
+    lines = top_group_lines(pd.DataFrame(rows), DEFAULT_RULE, 0.05)
+    group = top_group(to_matrix(pd.DataFrame(rows), "val_loss"), DEFAULT_RULE)
+    assert lines[0] == (f"top group (moderated rule, alpha 0.05, each pair over the seeds it shares, up to 5): "
+                        f"{', '.join(group)}")
+    assert lines[1].startswith("The maps' seed noise differs") and "`" not in lines[1]
+    assert "hsd, which assumes equal noise, would leave out" in lines[1]
+    assert lines[2].startswith("smallest gap to the best these seeds rule out with 80 % power")
+    quiet = [r for r in rows if r["candidate"] in list(unequal_noise_results())[4:]]
+    assert not any("seed noise differs" in line for line in top_group_lines(pd.DataFrame(quiet), "hsd", 0.05))
