@@ -612,15 +612,17 @@ def spread_by_chance(k: int, n: int, q: float = 0.95) -> float:
 
 
 def noise_check(mat: pd.DataFrame, rule: str = DEFAULT_RULE, alpha: float = 0.05) -> dict:
-    """Whether the maps' seed noise differs by more than chance and :data:`NOISE_SPREAD`:
-    ``spread`` (:func:`variance_spread`), ``threshold`` (the larger of NOISE_SPREAD and
-    :func:`spread_by_chance` at this study's size), ``unequal``, and, when unequal, what a
-    rule that assumes equal noise concludes: ``pooled_group`` (hsd's top group; None
-    otherwise) next to ``group`` (``rule``'s)."""
+    """Whether the maps' seed noise differs: ``spread`` (:func:`variance_spread`),
+    ``threshold`` (the larger of :data:`NOISE_SPREAD` and :func:`spread_by_chance` at this
+    study's size), ``unequal`` (spread above it: beyond chance), ``wide`` (spread above
+    NOISE_SPREAD, where pooling starts to err, whether or not chance explains it), and,
+    when wide, what a rule that assumes equal noise concludes: ``pooled_group`` (hsd's top
+    group; None otherwise) next to ``group`` (``rule``'s)."""
     block = complete_block(mat)
     n, k = block.shape
     spread = variance_spread(mat)
     threshold = max(NOISE_SPREAD, spread_by_chance(k, n)) if n >= 2 and k >= 2 else float("nan")
     unequal = bool(np.isfinite(threshold) and spread > threshold)
-    return {"spread": spread, "threshold": threshold, "unequal": unequal, "rule": rule,
-            "group": top_group(mat, rule, alpha), "pooled_group": top_group(mat, "hsd", alpha) if unequal else None}
+    wide = bool(np.isfinite(spread) and spread > NOISE_SPREAD)
+    return {"spread": spread, "threshold": threshold, "unequal": unequal, "wide": wide, "rule": rule,
+            "group": top_group(mat, rule, alpha), "pooled_group": top_group(mat, "hsd", alpha) if wide else None}

@@ -700,3 +700,25 @@ def test_the_terminal_summary_says_it_too():
     assert lines[2].startswith("smallest gap to the best these seeds rule out with 80 % power")
     quiet = [r for r in rows if r["candidate"] in list(unequal_noise_results())[4:]]
     assert not any("seed noise differs" in line for line in top_group_lines(pd.DataFrame(quiet), "hsd", 0.05))
+
+
+def test_a_spread_within_chance_is_said_when_hsd_would_conclude_otherwise(tmp_path):
+    """The committed fitted-rate study: its maps' residual sd spans 5.6x on validation loss,
+    within what 11 equally noisy maps reach with 5 seeds (6.7x), but hsd's top group is
+    smaller than the default rule's; the report says both."""
+    folder = tmp_path / "fairlr"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-fairlr", folder)
+    rep = write_report(folder, rule=DEFAULT_RULE)
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    assert "seed noise differs" not in text
+    m = re.search(r"The maps' residual sd spans ([\d.]+)×, within what equally noisy maps reach with these seeds "
+                  r"\(([\d.]+)× in 5 % of studies\) but above the 1\.5× .*?; the top group is the moderated rule's, "
+                  r"which does not pool it; hsd, which does, would leave out (.+?)\.", text)
+    assert m, text
+    assert 1.5 < float(m.group(1)) < float(m.group(2))
+    ok = rep.summary.dropna(subset=["mean"])
+    mat = np.log(pd.DataFrame({c: g.set_index("seed")["val_ppl"] for c, g in
+                               pd.read_csv(folder / "runs.csv").query("role == 'eval' and status == 'ok'")
+                               .groupby("candidate")}))
+    assert set(ok.loc[ok["in_top_group"], "candidate"]) == set(top_group(mat, DEFAULT_RULE))
+    assert set(re.findall(r"`([^`]+)`", m.group(3))) == set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))

@@ -351,10 +351,18 @@ def _rule_sentences(res: dict) -> list[str]:
 def noise_sentence(check: dict) -> str | None:
     """One sentence when the maps' seed noise differs (:func:`searchmaps.topgroup.noise_check`):
     by how much, the rule used, and what a rule that assumes equal noise (hsd) concludes
-    where it differs; None when the noise does not differ beyond chance."""
-    if not check["unequal"]:
-        return None
+    where it differs. Also when the spread is within chance but above 1.5x and hsd's top
+    group differs from the rule's (the reader should know why); None otherwise."""
     rule, group, pooled = check["rule"], check["group"], check["pooled_group"]
+    if not check["unequal"]:
+        if not check.get("wide") or pooled is None or set(pooled) == set(group):
+            return None
+        added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
+        parts = ([f"also keep {_names(added)}"] if added else []) + ([f"leave out {_names(lost)}"] if lost else [])
+        return (f"The maps' residual sd spans {check['spread']:.1f}×, within what equally noisy maps reach with "
+                f"these seeds ({check['threshold']:.1f}× in 5 % of studies) but above the 1.5× where pooling the "
+                f"noise over every map starts to drop maps as good as the best; the top group is the {rule} "
+                f"rule's, which does not pool it; hsd, which does, would {' and '.join(parts)}.")
     text = (f"The maps' seed noise differs: the noisiest map's residual sd is {check['spread']:.1f}× the quietest's "
             f"(equally noisy maps exceed {check['threshold']:.1f}× in 5 % of studies this size; pooling the noise over "
             f"every map drops a map as good as the best in 8 % of studies from 1.5×, 17 % at 4×); the top group is "
