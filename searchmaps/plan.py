@@ -21,6 +21,7 @@ from .config import (POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, Tri
 from .results import atomic_write_text
 from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
+from .topgroup import DEFAULT_RULE, RULES
 
 SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
 GRID_AUTO_LIMIT = 32  # auto: every feasible candidate up to this many, a uniform sample beyond
@@ -58,7 +59,7 @@ class SearchPlan:
     ladder: tuple[float, ...] = ()  # horizons served by one training (needs schedule wsd); () -> the space's
     promote: bool = False  # statistical successive halving along the ladder
     target: float | None = None  # the horizon the report extrapolates a ladder's fits to
-    top_group_rule: str = "hsd"  # searchmaps.topgroup.RULES: racing, promotion and the report use it
+    top_group_rule: str = DEFAULT_RULE  # searchmaps.topgroup.RULES: racing, promotion and the report use it
     lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
     tuning_seeds: int = 2
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
@@ -130,8 +131,8 @@ class SearchPlan:
                                   f"{','.join(f'{x:g}' for x in self.lr_grid)} (one rate is --lr)")
             if isinstance(self.tuning_seeds, bool) or not isinstance(self.tuning_seeds, int) or self.tuning_seeds < 1:
                 raise ConfigError(f"--tuning-seeds must be at least 1, got {self.tuning_seeds}")
-        if self.top_group_rule not in ("hsd", "mcb", "holm", "friedman"):
-            raise ConfigError(f"--top-group must be hsd, mcb, holm or friedman, got {self.top_group_rule!r}")
+        if self.top_group_rule not in RULES:
+            raise ConfigError(f"--top-group must be one of {', '.join(RULES)}, got {self.top_group_rule!r}")
         if self.target is not None and not (math.isfinite(self.target) and self.target > 0):
             raise ConfigError(f"--target-tokens must be a positive number, got {self.target}")
         if self.promote:

@@ -7,12 +7,17 @@ race adds one seed to every surviving candidate per round and calls
 over all pairs of the candidates still racing (see :mod:`searchmaps.stats`), with a
 family-wise correction: a wrong drop loses a map that could be the best.
 
-Default rule: the top group's own, ``hsd`` (:mod:`searchmaps.topgroup`: the seed noise
-pooled over every racing map, Tukey's studentized range against the best), which resolves
-differences two to three times smaller than per-pair Holm at 3-5 seeds, so clearly worse
-maps leave after the first round. ``holm`` (paired t-tests of every pair) is the robust
+Default rule: the top group's own, :data:`searchmaps.topgroup.DEFAULT_RULE` (``moderated``:
+each map against the best on their shared seeds, the pair's noise moderated towards the
+others'), which resolves differences close to what pooling the noise over every map does
+(``hsd``) and stays calibrated when the maps' seed noise differs, so clearly worse maps
+leave after the first round. ``holm`` (paired t-tests of every pair) is the conservative
 alternative; the exact sign-flip test cannot reject with few seeds (its smallest p-value
 is 2 / 2**n against Holm's alpha / m), which would turn a race into the full factorial.
+
+Looks: one after every round, from ``min_seeds`` seeds up to and including the last one at
+``max_seeds`` (the survivors' full seeds), each at ``alpha / looks``; the last look's
+survivors are racing's answer (the scheduler runs it too).
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from .stats import all_pairs, best_candidate, order_by_mean, oriented, require_f
 
 def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "ttest",
               correction: str = "holm", min_seeds: int = 3, max_seeds: int | None = None,
-              candidates=None, random_state=0, rule: str = "hsd") -> dict:
+              candidates=None, random_state=0, rule: str = topgroup.DEFAULT_RULE) -> dict:
     """Which candidates keep racing after the rows seen so far.
 
     ``candidates`` restricts the race to those names (default: every candidate in
@@ -41,9 +46,10 @@ def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     ``alpha / looks``, looks = max_seeds - min_seeds + 1 (Bonferroni over looks;
     0.02 in the case above); None means a single look at ``alpha``.
 
-    With ``rule`` ``hsd`` (default), ``mcb`` or ``friedman`` a candidate is dropped when
-    the rule (at ``alpha / looks``, over the seeds every racer shares, once they are at
-    least ``min_seeds``) leaves it out of the top group.
+    With any other ``rule`` (:data:`searchmaps.topgroup.RULES`; default ``moderated``) a
+    candidate is dropped when the rule (at ``alpha / looks``, once every racer has at least
+    ``min_seeds`` seeds) leaves it out of the top group; ``moderated`` compares each pair
+    over the seeds it shares, the pooled rules over the seeds every racer has.
 
     Returns ``survivors`` (ordered by mean, best first), ``dropped``
     ({candidate: why, in words}), ``best``, ``n_seeds`` ({candidate: seeds so far}),
@@ -60,18 +66,17 @@ def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     level = alpha / looks
     best = best_candidate(mat)
     n_seeds = {str(c): int(v) for c, v in mat.count().items()}
+    topgroup.check_rule(rule)
     if rule != "holm":
-        block = topgroup.complete_block(mat)
         order = order_by_mean(mat)
-        if len(block) < min_seeds or mat.shape[1] < 2:
+        if min(n_seeds.values(), default=0) < min_seeds or mat.shape[1] < 2:
             return {"survivors": order, "dropped": {}, "best": best, "n_seeds": n_seeds, "family_size": 0,
                     "alpha_per_look": level}
-        detail = {"hsd": topgroup.hsd, "mcb": topgroup.mcb, "friedman": topgroup.friedman_nemenyi}[rule](block, level)
+        detail = topgroup.rule_detail(mat, rule, level)
         keep = set(detail["top_group"])
-        bound = detail.get("bound", detail.get("cd"))
-        gap = detail.get("gap", detail.get("mean_rank", {}))
-        dropped = {c: f"gap {gap.get(c, float('nan')):.3g} beyond the {rule} allowance {bound:.3g} (alpha {level:.3g} "
-                      f"per look)" for c in order if c not in keep}
+        gap, allowance = detail["gap"], detail["allowance"]
+        dropped = {c: f"gap {gap.get(c, float('nan')):.3g} beyond the {rule} allowance "
+                      f"{allowance.get(c, float('nan')):.3g} (alpha {level:.3g} per look)" for c in order if c not in keep}
         return {"survivors": [c for c in order if c in keep], "dropped": dropped, "best": best, "n_seeds": n_seeds,
                 "family_size": 0, "alpha_per_look": level}
     pairs = all_pairs(mat, method, correction, 0.95, random_state, min_pairs=max(2, int(min_seeds)))

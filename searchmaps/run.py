@@ -26,6 +26,7 @@ from .data import DataError, load_corpus
 from .ledger import StorageFault
 from .plan import SAMPLERS, SearchPlan, check_study_name
 from .spaces import builtin_spaces, feasible_maps, load_space
+from .topgroup import DEFAULT_RULE, RULES
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -60,9 +61,10 @@ def build_parser() -> Parser:
                    help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
                         "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
     p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
-    p.add_argument("--top-group", default="hsd", choices=("hsd", "mcb", "holm", "friedman"),
-                   help="the rule that picks the top group, for racing, promotion and the report (default hsd: "
-                        "Tukey's HSD against the best, the seed noise pooled over every map)")
+    p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
+                   help=f"the rule that picks the top group, for racing, promotion and the report (default "
+                        f"{DEFAULT_RULE}: each map against the best on their shared seeds, each pair's noise moderated "
+                        f"towards the others'; calibrated when maps differ in seed noise, benchmarks/README.md)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
@@ -437,7 +439,6 @@ class _progress_bar:
 def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
     """What this run did, every candidate's result, and the answer: the top group and the
     smallest difference the seeds can detect."""
-    from . import stats
     from .results import records_frame
 
     p = driver.progress
@@ -473,7 +474,7 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
     ok = frame[(frame["status"] == "ok") & frame["val_ppl"].map(math.isfinite)]
     ok = ok.drop_duplicates(["candidate", "seed"], keep="last")
     print(f"{'candidate':<24} {'FLOPs/token':>13} {'seeds':>5} {'val ppl':>9} {'± sem':>8}")
-    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_ppl"].mean()):
+    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_loss"].mean()):  # the tested scale
         sem = g["val_ppl"].std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else float("nan")
         print(f"{cand:<24} {int(g['flops_per_token'].iloc[0]):>13,} {len(g):>5} {fmt_ppl(g['val_ppl'].mean()):>9} "
               f"{fmt_ppl(sem):>8}")
@@ -485,17 +486,33 @@ def summarise(plan: SearchPlan, driver, wall_s: float) -> None:
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        from .topgroup import detectable_effect, top_group
+        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
+            print(line)
 
-        mat = stats.to_matrix(ok, "val_ppl")
-        group = top_group(mat, plan.top_group_rule, plan.alpha)
-        det = detectable_effect(mat, plan.top_group_rule, plan.alpha)
-        print(f"top group ({plan.top_group_rule} rule, alpha {plan.alpha:g}, over the {det['n_seeds']} seeds all "
-              f"{det['k']} candidates share): {', '.join(group)}")
-        if math.isfinite(det["mde"]):
-            print(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} perplexity "
-                  f"({det['mde_pct']:.1f} % of the best mean)" + (" -- the top group's gaps are below it: add seeds"
-                                                                  if len(group) > 1 else ""))
+
+def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
+    """The terminal summary's answer for successful rows ``ok`` (two or more candidates):
+    the top group by ``rule`` on validation loss, the sentence on unequal seed noise when
+    it applies, and the smallest gap these seeds resolve."""
+    from . import stats
+    from .report.sentences import noise_sentence
+    from .topgroup import detectable_effect, noise_check, rule_detail
+
+    mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
+    detail = rule_detail(mat, rule, alpha)
+    group = detail["top_group"]
+    det = detectable_effect(mat, rule, alpha)
+    seeds = (f"each pair over the seeds it shares, up to {detail['n_seeds']}" if rule in ("moderated", "holm")
+             else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
+    out = [f"top group ({rule} rule, alpha {alpha:g}, {seeds}): {', '.join(group)}"]
+    noise = noise_sentence(noise_check(mat, rule, alpha))
+    if noise:
+        out.append(noise.replace("`", ""))
+    if math.isfinite(det["mde"]):
+        out.append(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} nats of "
+                   f"validation loss ({det['mde_pct']:.1f} % of the best mean loss)"
+                   + (" -- the top group's gaps are below it: add seeds" if len(group) > 1 else ""))
+    return out
 
 
 def print_ladder(plan: SearchPlan, rows) -> None:

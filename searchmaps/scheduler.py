@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from .config import Candidate
 from .results import RunRecord, Status
+from .topgroup import DEFAULT_RULE
 
 
 class _Wait:
@@ -103,12 +104,13 @@ class Finished:
 @dataclass(frozen=True)
 class RacingRule:
     """Racing: every candidate starts with ``start_seeds`` seeds; after each round those the
-    top-group ``rule`` leaves out (alpha split over the planned looks) stop, and the
-    others get one more seed, until one is left or they have every seed."""
+    top-group ``rule`` leaves out (alpha split over the planned looks, the last one at
+    every seed included: :func:`searchmaps.racing.race_step`) stop, and the others get one
+    more seed, until one is left or they have every seed and passed the last look."""
 
     start_seeds: int
     alpha: float = 0.05
-    rule: str = "hsd"
+    rule: str = DEFAULT_RULE
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,7 @@ class PromotionRule:
     at least 1 - alpha."""
 
     alpha: float = 0.05
-    rule: str = "hsd"
+    rule: str = DEFAULT_RULE
 
 
 class Scheduler:
@@ -363,7 +365,7 @@ class Scheduler:
             if failed or top == self.rungs - 1:
                 self._finish(cand, rows, stopped=f"failed at rung {top}" if failed and top < self.rungs - 1 else "")
             return
-        if self.racing is None or self._planned[cand] >= self.seeds or failed:
+        if self.racing is None or failed:  # a racer with every seed waits for the race's last look
             self._finish(cand, rows)
 
     def _finish(self, cand: Candidate, rows: list[RunRecord], dropped: str = "", stopped: str = "") -> None:
@@ -394,7 +396,7 @@ class Scheduler:
             if c.label in step["dropped"]:
                 self._finish(c, self.rows_of(c)[: self._planned[c]],
                              f"worse than {step['best']} after {self._planned[c]} seeds ({step['dropped'][c.label]})")
-            elif len(survivors) == 1:  # the race is decided: the winner needs no more seeds
+            elif len(survivors) == 1 or self._planned[c] >= self.seeds:  # decided, or the last look passed
                 self._finish(c, self.rows_of(c)[: self._planned[c]])
             else:
                 self._planned[c] += 1

@@ -33,7 +33,7 @@ def se(p: float, n: int) -> float:
 
 def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int = 3, alpha: float = 0.05,
                   rng=None, seed_sd: float | None = None, method: str = "ttest",
-                  correction: str = "holm", min_seeds: int = 3, rule: str = "hsd") -> dict:
+                  correction: str = "holm", min_seeds: int = 3, rule: str = "moderated") -> dict:
     """Race on simulated data with known truth, next to the full factorial.
 
     Run ``s`` of candidate ``c`` scores ``true_means[c] + seed_sd * z_s +

@@ -3,6 +3,7 @@ benchmarks with known truth (a run scores true mean + per-seed offset shared by
 all candidates (sd 2) + independent noise (sd 1); ``helpers.simulate_race``)."""
 
 import numpy as np
+import pandas as pd
 import pytest
 from helpers import long_rows, se, simulate_race
 
@@ -21,7 +22,7 @@ def test_never_drops_before_min_seeds():
     assert two["family_size"] == 0  # no pair has 3 seeds yet: nothing is tested
 
 
-@pytest.mark.parametrize("rule", ["hsd", "holm"])
+@pytest.mark.parametrize("rule", ["moderated", "hsd", "holm"])
 def test_drops_the_clearly_worse_candidate_and_keeps_the_close_one(rule):
     step = race_step(long_rows(CLEAR[:3], NAMES), rule=rule)
     assert step["best"] == "good" and step["survivors"] == ["good", "close"]
@@ -30,7 +31,7 @@ def test_drops_the_clearly_worse_candidate_and_keeps_the_close_one(rule):
     if rule == "holm":
         assert step["family_size"] == 3 and float(step["dropped"]["bad"].split("= ")[1]) < 0.05
     else:
-        assert step["dropped"]["bad"].startswith("gap 10 beyond the hsd allowance")  # 10 + (0.01 - 0.1 noise)
+        assert step["dropped"]["bad"].startswith(f"gap 10 beyond the {rule} allowance")  # 10 + (0.01 - 0.1 noise)
 
 
 def test_alpha_is_split_over_the_planned_looks():
@@ -76,15 +77,15 @@ def test_racing_matches_the_full_factorial_with_fewer_trainings():
     same = np.mean([r["same_top_group"] for r in runs])
     share = np.mean([r["share"] for r in runs])
     lost_best = np.mean([not r["true_best_kept"] for r in runs])
-    # BENCH: the 8-map benchmark of the first racing version (now with the hsd rule)
+    # BENCH: the 8-map benchmark of the first racing version (now with the default rule)
     assert same >= 0.90
     assert share <= 0.72
     assert lost_best <= 0.05 + 2 * se(0.05, 150)
     assert all(r["full_trainings"] == 96 for r in runs)
 
 
-def test_racing_with_the_pooled_rule_finds_the_top_group_with_half_the_trainings():
-    """Eleven maps, one truly better by 3 noise sd: racing (hsd, the default) ends with the
+def test_racing_with_the_default_rule_finds_the_top_group_with_half_the_trainings():
+    """Eleven maps, one truly better by 3 noise sd: racing (the default rule) ends with the
     full factorial's top group in >= 93 % of races using <= 55 % of its trainings (measured
     over 200 races: 0.995 and 0.49; benchmarks/racing_simulation.py has the other sizes)."""
     rng = np.random.default_rng(33)
@@ -119,3 +120,15 @@ def test_testing_every_look_at_full_alpha_would_drop_wrongly():
             alive = [names.index(c) for c in step["survivors"]]
         wrong.append(hit)
     assert np.mean(wrong) > 0.05 + 2 * se(0.05, 150)
+
+
+def test_racing_uses_the_default_top_group_rule():
+    from searchmaps.topgroup import DEFAULT_RULE, top_group
+
+    step = race_step(long_rows(CLEAR[:3], NAMES))
+    assert DEFAULT_RULE in step["dropped"]["bad"]
+    # its survivors at a single look are the rule's top group at the same alpha
+    mat = pd.DataFrame(CLEAR[:4], columns=NAMES)
+    assert race_step(long_rows(CLEAR[:4], NAMES))["survivors"] == top_group(mat, DEFAULT_RULE, 0.05)
+    with pytest.raises(ValueError, match="top-group rule"):
+        race_step(long_rows(CLEAR, NAMES), rule="tukey")

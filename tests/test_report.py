@@ -29,6 +29,7 @@ from searchmaps.report.page import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
+from searchmaps.topgroup import DEFAULT_RULE, top_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -65,7 +66,7 @@ def test_summary_matches_runs(realistic):
         "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
         "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
         "n_failed", "rule_gap", "rule_allowance"]
-    ranked = summary.dropna(subset=["mean"])  # the default rule (hsd): in the top group iff the gap is in the allowance
+    ranked = summary.dropna(subset=["mean"])  # the default rule: in the top group iff the gap is in its allowance
     assert (ranked["in_top_group"] == (ranked["rule_gap"] <= ranked["rule_allowance"])).all()
     raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
     s = summary.set_index("candidate")
@@ -83,19 +84,22 @@ def test_summary_matches_runs(realistic):
 
 
 def independent_analysis(results: dict, reference: str, alpha: float = 0.05) -> dict:
-    """The report's numbers from scipy and statsmodels on the raw per-seed table: means,
-    CI half-widths, paired t-test p of every pair Holm-corrected over all pairs, the top
-    group."""
+    """The report's numbers from scipy and statsmodels on the raw per-seed table: means and
+    CI half-widths of perplexity (``ppl``, ``half``: what the report shows), paired t-test p
+    of every pair on validation loss (log perplexity: the tested scale) Holm-corrected over
+    all pairs, the top group."""
     raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    loss = {c: np.log(x) for c, x in raw.items()}
     names = sorted(raw)
     pairs = list(itertools.combinations(names, 2))
-    p = [stats.ttest_rel(raw[a], raw[b]).pvalue for a, b in pairs]
+    p = [stats.ttest_rel(loss[a], loss[b]).pvalue for a, b in pairs]
     adj = dict(zip(pairs, multipletests(p, method="holm")[1]))
     adj.update({(b, a): v for (a, b), v in list(adj.items())})
-    mean = {c: x.mean() for c, x in raw.items()}
+    mean = {c: x.mean() for c, x in loss.items()}
     best = min(mean, key=mean.get)
     worse = {c for c in names if c != best and adj[(c, best)] <= alpha and mean[c] > mean[best]}
-    return {"mean": mean, "best": best, "adj": adj, "worse": worse, "top": set(names) - worse,
+    return {"mean": mean, "ppl": {c: x.mean() for c, x in raw.items()}, "best": best, "adj": adj, "worse": worse,
+            "top": set(names) - worse,
             "half": {c: stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / np.sqrt(len(x)) for c, x in raw.items()},
             "beats_reference": {c for c in set(names) - worse - {reference}
                                 if adj[(c, reference)] <= alpha and mean[c] < mean[reference]}}
@@ -110,7 +114,7 @@ def close_to(text: str, value: float) -> bool:
 def independent_hsd(results: dict, alpha: float = 0.05) -> tuple[set, float]:
     """The default rule from its definition, with numpy and scipy: residual sd of the
     additive candidate + seed model, the studentized range quantile, the top group."""
-    raw = {c: np.array(v, dtype=float) for c, v in results.items() if v[0] is not None}
+    raw = {c: np.log(np.array(v, dtype=float)) for c, v in results.items() if v[0] is not None}  # loss, nats
     names = sorted(raw)
     x = np.column_stack([raw[c] for c in names])
     n, k = x.shape
@@ -121,17 +125,40 @@ def independent_hsd(results: dict, alpha: float = 0.05) -> tuple[set, float]:
     return {c for c, m in zip(names, means) if m - means.min() <= allowance}, allowance
 
 
-def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
-    folder, rep = realistic
+def test_report_sentences_match_the_numbers_under_hsd(realistic, tmp_path):
+    folder = tmp_path / "hsd"
+    shutil.copytree(realistic[0], folder)
+    rep = write_report(folder, rule="hsd")
     top, allowance = independent_hsd(realistic_results())
     text = result_text(rep.path.read_text(encoding="utf-8"))
-    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) perplexity "
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) nats "
                   r"allowance of the hsd rule\); (.+?) (?:is|are) significantly worse", text)
     assert m, text
     best = re.search(r"`([^`]+)` is best", text).group(1)
     assert set(re.findall(r"`([^`]+)`", m.group(1))) | {best} == top
     assert close_to(m.group(2), allowance)
     assert set(rep.summary.loc[rep.summary["in_top_group"], "candidate"]) == top
+
+
+def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
+    """moderated: each candidate has its own allowance (its pair's noise); the sentences give
+    their range, from summary.csv, and the top group is the rule's on the same matrix."""
+    folder, rep = realistic
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within their own allowances of "
+                  r"the moderated rule, ([\d.]+) to ([\d.]+) nats\); (.+?) (?:is|are) significantly worse "
+                  r"\(gaps beyond their own allowances of the moderated rule, ([\d.]+) to ([\d.]+) nats\)", text)
+    assert m, text
+    s = rep.summary.set_index("candidate")
+    best = re.search(r"`([^`]+)` is best", text).group(1)
+    inside = [c for c in s.index[s["in_top_group"]] if c != best]
+    assert set(re.findall(r"`([^`]+)`", m.group(1))) == set(inside)
+    worse = s[~s["in_top_group"] & s["mean"].notna()]
+    assert close_to(m.group(2), s.loc[inside, "rule_allowance"].min())
+    assert close_to(m.group(3), s.loc[inside, "rule_allowance"].max())
+    assert close_to(m.group(5), worse["rule_allowance"].min()) and close_to(m.group(6), worse["rule_allowance"].max())
+    mat = np.log(pd.DataFrame({c: v for c, v in realistic_results().items() if v[0] is not None}, dtype=float))
+    assert list(s.index[s["in_top_group"]]) == top_group(mat, DEFAULT_RULE)
 
 
 def test_report_sentences_match_the_numbers(realistic, tmp_path):
@@ -144,7 +171,7 @@ def test_report_sentences_match_the_numbers(realistic, tmp_path):
 
     m = re.search(r"`([^`]+)` is best \(([\d.]+) ± ([\d.]+) validation perplexity, mean ± 95 % CI\)", text)
     assert m and m.group(1) == best, text
-    assert close_to(m.group(2), truth["mean"][best]) and close_to(m.group(3), truth["half"][best])
+    assert close_to(m.group(2), truth["ppl"][best]) and close_to(m.group(3), truth["half"][best])
 
     m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(p = ([^)]+)\); (.+?) (?:is|are) significantly "
                   r"worse \(p ≤ ([\d.]+)\)", text)
@@ -162,7 +189,8 @@ def test_report_sentences_match_the_numbers(realistic, tmp_path):
     # every top-group map beats the baseline here, all at corrected p < 0.01
     assert truth["beats_reference"] == truth["top"]
     assert max(truth["adj"][(c, "1,1,1,1|rope")] for c in truth["top"]) < 0.01
-    assert "All three beat the baseline `1,1,1,1|rope` (p < 0.01)." in text
+    word = {3: "three", 4: "four", 5: "five"}[len(truth["top"])]
+    assert f"All {word} beat the baseline `1,1,1,1|rope` (p < 0.01)." in text
     assert "`4,4,1,1|rope` failed on all 5 seeds (non-finite training loss (nan) at step 3) and is not ranked." in text
 
 
@@ -195,7 +223,7 @@ def test_planned_and_all_pairs_verdicts_that_differ_are_explained(tmp_path):
     for i, m in enumerate(("1,2", "3,1", "1,3", "2,2")):
         results[f"{m}|rope"] = off + 0.3 * np.roll([1.0, -1, 0.5, -0.5, 0], i)
     results = {c: list(v) for c, v in results.items()}
-    p_raw = stats.ttest_rel(results["2,1|rope"], results["1,1|rope"]).pvalue  # 0.017
+    p_raw = stats.ttest_rel(np.log(results["2,1|rope"]), np.log(results["1,1|rope"])).pvalue  # on the loss
     truth = independent_analysis(results, "1,1|rope")
     assert p_raw <= 0.05 < truth["adj"][("2,1|rope", "1,1|rope")]  # the table does what it is meant to
 
@@ -238,8 +266,9 @@ def test_family_sentences_name_each_pair_in_either_direction():
 
 def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     # results/ilr-table1-rope-flops: runs.csv from before run ids (a candidate column, no
-    # run_id, rung or role). The README's example: 1,1,1,2 vs the baseline is worse in the
-    # planned family (corrected p = 0.016 over 12) but not among all 55 pairs (0.068).
+    # run_id, rung or role). On perplexity 1,1,1,2 vs the baseline was worse in the planned
+    # family (corrected p = 0.016 over 12) but not among all 55 pairs (0.068); on validation
+    # loss, the declared scale, it is worse in both (0.0031 and 0.022).
     folder = tmp_path / "ilr-table1-rope-flops"
     shutil.copytree(ROOT / "results" / "ilr-table1-rope-flops", folder)
     before = (folder / "runs.csv").read_bytes()
@@ -248,9 +277,11 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     assert (folder / "runs.csv").read_bytes() == before
     assert len(pd.read_csv(folder / "summary.csv")) == 11 and len(pd.read_csv(folder / "planned.csv")) == 12
     text = result_text((folder / "report.html").read_text(encoding="utf-8"))
-    assert ("`1,1,1,2|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons (corrected "
-            "over 12), p = 0.016, but not in the all-pairs analysis (corrected over 55), p = 0.068.") in text
-    assert "`1,2,1,1|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons" in text
+    planned = pd.read_csv(folder / "planned.csv").set_index(["candidate", "against"])
+    row = planned.loc[("1,1,1,2|rope", "1,1,1,1|rope")]
+    assert row.p_adjusted == pytest.approx(0.0031, abs=1e-4) and row.p_all_pairs == pytest.approx(0.022, abs=1e-3)
+    assert row.significant and row.significant_all_pairs
+    assert "`1,1,1,1|rope` is best" in text
 
 
 def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path):
@@ -322,7 +353,7 @@ def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder / "report.html")
     page = (folder / "report.html").read_text(encoding="utf-8")
-    assert "exact paired sign-flip test on validation perplexity" in page and "Bonferroni correction" in page
+    assert "exact paired sign-flip test on validation loss per seed" in page and "Bonferroni correction" in page
     summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str}).set_index("candidate")
     assert "p_vs_best_ttest" in summary.columns
     assert summary.loc["2,1,1,1|rope", "diff_to_reference"] == 0
@@ -691,3 +722,96 @@ def test_the_tuning_sentence_says_the_chosen_rates_are_confirmatory():
                           if role == "tuning" or lr == 1e-3])
     said = tuning.sentences(tuning.tuning_table(frame), frame)[0]
     assert "2 maps got 0.001" in said and "confirmatory at the chosen rates" in said and "descriptive" in said
+
+
+# ---------------------------------------------------------------------------- unequal seed noise
+
+
+def unequal_noise_results() -> dict:
+    """Eleven maps x 5 seeds: four tied best maps with seed noise sd 2, seven quiet ones
+    (sd 0.15) one perplexity worse."""
+    maps = [",".join(map(str, m)) + "|rope" for m in itertools.product((1, 2, 3), repeat=4)][:11]
+    rng = np.random.default_rng(1)
+    sds, mu = np.r_[[2.0] * 4, [0.15] * 7], np.r_[[14.0] * 4, [15.0] * 7]
+    x = np.round(mu + rng.normal(size=(5, 1)) * 0.5 + rng.normal(size=(5, 11)) * sds, 3)
+    return {m: list(x[:, i]) for i, m in enumerate(maps)}
+
+
+def test_the_report_says_when_seed_noise_differs_and_what_hsd_would_conclude(realistic, tmp_path):
+    assert "seed noise differs" not in result_text(realistic[1].path.read_text(encoding="utf-8"))
+    rep = write_report(make_study(tmp_path / "noisy", unequal_noise_results()))
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    m = re.search(r"The maps' seed noise differs: the noisiest map's residual sd is ([\d.]+)× the quietest's "
+                  r"\(equally noisy maps exceed ([\d.]+)× in 5 % of studies this size; .*?\); the top group is the "
+                  r"moderated rule's; hsd, which assumes equal noise, would leave out (.+?)\.", text)
+    assert m, text
+    mat = np.log(pd.DataFrame(unequal_noise_results(), dtype=float))  # the tested scale: validation loss
+    assert float(m.group(1)) > float(m.group(2)) >= 1.5
+    dropped = set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))
+    assert dropped and set(re.findall(r"`([^`]+)`", m.group(3))) == dropped
+    hsd = write_report(rep.path.parent, rule="hsd")
+    assert "which assumes equal noise: --top-group moderated does not." in result_text(
+        hsd.path.read_text(encoding="utf-8"))
+
+
+def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
+    """A raced study: c and b raced on to 10 seeds, a was dropped after 3, on which it is
+    within noise of the best. The analysis on every seed keeps it; the report says so."""
+    rng = np.random.default_rng(2)
+    shift = rng.normal(0, 0.5, 10)
+    results = {"1,1|rope": list(np.round(12.0 + shift + rng.normal(0, 0.05, 10), 4)),
+               "2,1|rope": list(np.round(12.3 + shift + rng.normal(0, 0.05, 10), 4)),
+               "1,2|rope": list(np.round(12.05 + shift[:3] + rng.normal(0, 0.4, 3), 4)) + [None] * 7}
+    folder = tmp_path / "raced"
+    folder.mkdir()
+    RunsFile(folder / "runs.csv").append([r for r in study_records(results, study="raced") if r.ok])
+    (folder / "study.json").write_text(json.dumps(study_info("raced", 10, racing=True)))
+    rep = write_report(folder)
+    s = rep.summary.set_index("candidate")
+    assert s.loc["1,2|rope", "n_seeds"] == 3 and s.loc["1,2|rope", "in_top_group"]
+    assert not s.loc["2,1|rope", "in_top_group"]  # separable on the ten seeds the race gave it
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    assert "`1,2|rope` is in the top group although the race dropped it after 3 seeds" in text
+    info = json.loads((folder / "study.json").read_text())
+    (folder / "study.json").write_text(json.dumps({**info, "racing": False}))
+    assert "the race dropped" not in result_text(write_report(folder).path.read_text(encoding="utf-8"))
+
+
+def test_the_terminal_summary_says_it_too():
+    """searchmaps.run's summary prints the same noise sentence as the report, without markup."""
+    from searchmaps.run import top_group_lines
+    from searchmaps.stats import to_matrix
+
+    rows = [{"candidate": c, "seed": s, "val_loss": float(np.log(v)), "val_ppl": v}
+            for c, vals in unequal_noise_results().items() for s, v in enumerate(vals)]
+    lines = top_group_lines(pd.DataFrame(rows), DEFAULT_RULE, 0.05)
+    group = top_group(to_matrix(pd.DataFrame(rows), "val_loss"), DEFAULT_RULE)
+    assert lines[0] == (f"top group (moderated rule, alpha 0.05, each pair over the seeds it shares, up to 5): "
+                        f"{', '.join(group)}")
+    assert lines[1].startswith("The maps' seed noise differs") and "`" not in lines[1]
+    assert "hsd, which assumes equal noise, would leave out" in lines[1]
+    assert lines[2].startswith("smallest gap to the best these seeds rule out with 80 % power")
+    quiet = [r for r in rows if r["candidate"] in list(unequal_noise_results())[4:]]
+    assert not any("seed noise differs" in line for line in top_group_lines(pd.DataFrame(quiet), "hsd", 0.05))
+
+
+def test_a_spread_within_chance_is_said_when_hsd_would_conclude_otherwise(tmp_path):
+    """The committed fitted-rate study: its maps' residual sd spans 5.6x on validation loss,
+    within what 11 equally noisy maps reach with 5 seeds (6.7x), but hsd's top group is
+    smaller than the default rule's; the report says both."""
+    folder = tmp_path / "fairlr"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-fairlr", folder)
+    rep = write_report(folder, rule=DEFAULT_RULE)
+    text = result_text(rep.path.read_text(encoding="utf-8"))
+    assert "seed noise differs" not in text
+    m = re.search(r"The maps' residual sd spans ([\d.]+)×, within what equally noisy maps reach with these seeds "
+                  r"\(([\d.]+)× in 5 % of studies\) but above the 1\.5× .*?; the top group is the moderated rule's, "
+                  r"which does not pool it; hsd, which does, would leave out (.+?)\.", text)
+    assert m, text
+    assert 1.5 < float(m.group(1)) < float(m.group(2))
+    ok = rep.summary.dropna(subset=["mean"])
+    mat = np.log(pd.DataFrame({c: g.set_index("seed")["val_ppl"] for c, g in
+                               pd.read_csv(folder / "runs.csv").query("role == 'eval' and status == 'ok'")
+                               .groupby("candidate")}))
+    assert set(ok.loc[ok["in_top_group"], "candidate"]) == set(top_group(mat, DEFAULT_RULE))
+    assert set(re.findall(r"`([^`]+)`", m.group(3))) == set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))

@@ -236,6 +236,22 @@ def test_racing_rounds_wait_for_every_racer():
     assert {(u.candidate, u.seed) for u in drain(s)} == {(A, 2), (B, 2)}  # round 2: one more seed each
 
 
+def test_the_race_takes_its_last_look_with_every_seed():
+    """Alpha is split over the looks at 3..--seeds seeds (racing.py, README): the look at the
+    last seed is one of them, so a map that only the full seeds separate is dropped there
+    rather than kept unlooked-at."""
+    noise_b, noise_c = [0.05, -0.05, 0.04, -0.03], [0.1, -0.1, 0.2, 0.0]
+
+    def ppl(c, seed):  # B 0.2 worse than A: not separable at 3 seeds, separable at 4
+        return {A: 10.0, B: 10.2 + noise_b[seed], C: 11.0 + noise_c[seed]}[c] + 0.5 * seed
+
+    handed, events = racing_outcome(ppl, seeds=4, start=3)
+    assert sorted(u.seed for u in handed if u.candidate == B) == [0, 1, 2, 3]
+    assert "after 3 seeds" in events[C].dropped
+    assert "after 4 seeds" in events[B].dropped and "moderated allowance" in events[B].dropped
+    assert events[A].dropped == ""
+
+
 def test_a_resumed_race_replays_the_same_decisions():
     def ppl(c, seed):
         return {A: 10.0, B: 10.5, C: 25.0}[c] + (seed % 3) * 0.4

@@ -69,7 +69,7 @@ def test_search_end_to_end_on_a_ray_cluster(ray_cluster, space_file, tmp_path, c
     assert main(argv) == 0
     err = capsys.readouterr()
     assert "space tiny: 10 maps, 3 within" in err.err
-    assert "top group" in err.out and "perplexity" in err.out  # the answer, not just a table
+    assert "top group" in err.out and "nats of validation loss" in err.out  # the answer, not just a table
 
     study = optuna.load_study(study_name="s1", storage=f"sqlite:///{results}/s1/optuna.db")
     assert study.metric_names == ["val_ppl", "flops_per_token"]

@@ -8,6 +8,7 @@ import sys
 
 from ..cli import Parser, fail
 from ..stats import FAMILY_WISE, METHODS
+from ..topgroup import DEFAULT_RULE, RULES
 from . import ReportError, write_report
 
 
@@ -21,13 +22,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--correction", default="holm", metavar="{" + ",".join(FAMILY_WISE) + "}",
                    help="over all candidate pairs, and over the planned comparisons (default holm). fdr_bh is "
                         "refused: the top group needs family-wise control")
-    p.add_argument("--top-group", default=None, choices=("hsd", "mcb", "holm", "friedman"),
-                   help="the rule that picks the top group (default: the study's, else hsd: Tukey's HSD against the "
-                        "best with the seed noise pooled over every map; mcb: Hsu's MCB; holm: all-pairs t-tests; "
-                        "friedman: ranks with Nemenyi's critical difference)")
+    p.add_argument("--top-group", default=None, choices=RULES,
+                   help=f"the rule that picks the top group (default: the study's, else {DEFAULT_RULE}: each map "
+                        f"against the best on their shared seeds, each pair's noise moderated towards the others'; "
+                        f"hsd: Tukey's HSD with the noise pooled over every map; mcb: Hsu's MCB; holm: all-pairs "
+                        f"t-tests; friedman: ranks with Nemenyi's critical difference)")
     p.add_argument("--target-effect", default=None, metavar="E",
                    help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
-                        "(E in perplexity, or 2%% of the best mean)")
+                        "(E in nats of validation loss, the scale of the tests, or 1%% of the best mean loss)")
     p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-specified comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "

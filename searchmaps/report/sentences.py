@@ -77,16 +77,25 @@ def _verb(n: int, one: str, many: str) -> str:
 # --------------------------------------------------------------------------- the result
 
 
-RULE_NAMES = {"hsd": "Tukey's HSD against the best (seed noise pooled over every map)",
+RULE_NAMES = {"moderated": "each map against the best on the seeds the two share, each pair's seed noise moderated "
+                           "towards the others' but never below its own, Tukey's studentized range at the pair's "
+                           "degrees of freedom",
+              "hsd": "Tukey's HSD against the best (seed noise pooled over every map)",
               "mcb": "Hsu's multiple comparisons with the best (seed noise pooled over every map)",
               "holm": "paired t-tests of every pair, Holm-corrected",
               "friedman": "Friedman ranks with Nemenyi's critical difference"}
 
 
-def _rule_reason(rule: dict | None, top: bool) -> str:
-    """Why candidates are in or out under a pooled rule: their gap against its allowance."""
+def _rule_reason(rule: dict | None, top: bool, cands=()) -> str:
+    """Why candidates are in or out under a rule with allowances: their gaps against the
+    allowance (one for a pooled rule; each pair's own for moderated, given as a range)."""
     name, bound = rule["rule"], rule["bound"]
-    unit = "in mean rank" if name == "friedman" else "perplexity"
+    unit = "in mean rank" if name == "friedman" else "nats"
+    own = [rule["allowance"][c] for c in cands if np.isfinite(rule.get("allowance", {}).get(c, np.nan))]
+    if name == "moderated" and own:
+        what = f"{_span(own)} {unit}"
+        return (f"gaps to the best within their own allowances of the {name} rule, {what}" if top else
+                f"gaps beyond their own allowances of the {name} rule, {what}")
     return (f"gaps to the best within the {bound:.3g} {unit} allowance of the {name} rule" if top else
             f"gaps beyond the {name} rule's {bound:.3g} {unit} allowance")
 
@@ -95,8 +104,9 @@ def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, al
                      errors: dict[str, str] | None = None, family_size: int | None = None,
                      rule: dict | None = None) -> list[str]:
     """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
-    table (best first). ``rule`` (``{"rule", "bound"}``) names a pooled top-group rule:
-    the sentences then give its allowance instead of the all-pairs p-values."""
+    table (best first). ``rule`` (``{"rule", "bound", "allowance"}``, from
+    :func:`searchmaps.topgroup.rule_detail`) names a rule with allowances: the sentences
+    then give them instead of the all-pairs p-values."""
     errors = errors or {}
     ok = summary[summary["n_seeds"] > 0].set_index("candidate")
     b = ok.loc[best]
@@ -108,8 +118,9 @@ def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, al
         out.append(f"`{best}` is best ({_ppl(b)}).")
         others = ok.drop(index=best)
         top, worse = others[others["in_top_group"]], others[~others["in_top_group"]]
-        why_top = _rule_reason(rule, True) if pooled else (_p_list(top["p_vs_best"]) if len(top) else "")
-        why_out = _rule_reason(rule, False) if pooled else (_p_bound(worse["p_vs_best"]) if len(worse) else "")
+        why_top = _rule_reason(rule, True, top.index) if pooled else (_p_list(top["p_vs_best"]) if len(top) else "")
+        why_out = _rule_reason(rule, False, worse.index) if pooled else \
+            (_p_bound(worse["p_vs_best"]) if len(worse) else "")
         if family_size == 0:
             out.append("No two candidates share two or more seeds, so no difference can be tested: "
                        "the order by mean is descriptive only.")
@@ -268,7 +279,8 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
         out.append(f"Model: {m.get('n_layers')} layers, d_model {m.get('d_model')}, {m.get('n_heads')} heads, "
                    f"FFN {m.get('ffn_hidden')}, sequence {m.get('seq_len')}, vocabulary {m.get('vocab_size')}{size}.")
     out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
-               f"{TEST_NAMES[res['method']]} on validation perplexity per seed, two-sided, with the "
+               f"{TEST_NAMES[res['method']]} on validation loss per seed (nats: the declared scale of every test, the top "
+               f"group and the detectable difference; perplexity is shown for reading only), two-sided, with the "
                f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
                f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}.")
     out += _rule_sentences(res)
@@ -361,6 +373,12 @@ def _floor_sentences(res: dict, correction: str) -> list[str]:
             f"and a pair needs {step}, so it {can}."]
 
 
+def _span(values) -> str:
+    """``0.15 to 0.19``, or one number when they print alike."""
+    lo, hi = f"{min(values):.3g}", f"{max(values):.3g}"
+    return lo if lo == hi else f"{lo} to {hi}"
+
+
 def _rule_sentences(res: dict) -> list[str]:
     """Which rule chose the top group, and with what allowance."""
     rule, d = res.get("rule", "holm"), res.get("rule_detail")
@@ -371,24 +389,81 @@ def _rule_sentences(res: dict) -> list[str]:
     if rule == "friedman":
         return [head + f": a candidate stays in when its mean rank is within {d['cd']:.3g} of the lowest "
                        f"({d['n_seeds']} seeds)."]
+    if rule == "moderated":
+        own = [v for v in d["allowance"].values() if np.isfinite(v)]
+        dof = [v for v in d["dof"].values() if np.isfinite(v)]
+        if not own:
+            return [head + ": no candidate shares two seeds with the best, so none can be ruled out."]
+        prior = (f"prior sd of a paired difference {d['s0']:.3g} nats on {d['d0']:.3g} degrees of freedom"
+                 if np.isfinite(d["s0"]) and d["d0"] > 0 else "no prior borrowed (the pairs' noise differs too much)")
+        return [head + f": each pair uses the seeds it shares (up to {max(d['n_pairs'].values())}); {prior}; "
+                       f"{_span(dof)} degrees of freedom per pair; a candidate stays in when its "
+                       f"gap to the best is at most its own allowance, {_span(own)} nats."]
     const = f"q = {d['q']:.3g} (studentized range of {len(d['gap'])} means)" if rule == "hsd" else \
         f"d = {d['d']:.3g} (one-sided Dunnett, {len(d['gap']) - 1} comparisons)"
-    out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} perplexity on {d['dof']} degrees of "
+    out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} nats on {d['dof']} degrees of "
                   f"freedom, {const}; a candidate stays in when its gap to the best "
-                  f"{'of the others ' if rule == 'mcb' else ''}is at most {d['bound']:.3g} perplexity."]
+                  f"{'of the others ' if rule == 'mcb' else ''}is at most {d['bound']:.3g} nats."]
     if rule == "mcb":
         out.append("MCB's guarantee is that the best map is in the group with probability ≥ 1 − α; it may drop a map "
-                   "tied with the best (in simulation, some tied map in 11-47 % of all-equal studies), which hsd, "
-                   "the default, does not.")
+                   "tied with the best (in simulation, some tied map in 11-47 % of all-equal studies), which the "
+                   "default rule does not.")
     return out
+
+
+def noise_sentence(check: dict) -> str | None:
+    """One sentence when the maps' seed noise differs (:func:`searchmaps.topgroup.noise_check`):
+    by how much, the rule used, and what a rule that assumes equal noise (hsd) concludes
+    where it differs. Also when the spread is within chance but above 1.5x and hsd's top
+    group differs from the rule's (the reader should know why); None otherwise."""
+    rule, group, pooled = check["rule"], check["group"], check["pooled_group"]
+    if not check["unequal"]:
+        if not check.get("wide") or pooled is None or set(pooled) == set(group):
+            return None
+        added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
+        parts = ([f"also keep {_names(added)}"] if added else []) + ([f"leave out {_names(lost)}"] if lost else [])
+        return (f"The maps' residual sd spans {check['spread']:.1f}×, within what equally noisy maps reach with "
+                f"these seeds ({check['threshold']:.1f}× in 5 % of studies) but above the 1.5× where pooling the "
+                f"noise over every map starts to drop maps as good as the best; the top group is the {rule} "
+                f"rule's, which does not pool it; hsd, which does, would {' and '.join(parts)}.")
+    text = (f"The maps' seed noise differs: the noisiest map's residual sd is {check['spread']:.1f}× the quietest's "
+            f"(equally noisy maps exceed {check['threshold']:.1f}× in 5 % of studies this size; pooling the noise over "
+            f"every map drops a map as good as the best in 8 % of studies from 1.5×, 17 % at 4×); the top group is "
+            f"the {rule} rule's")
+    if rule in ("hsd", "mcb"):
+        text += ", which assumes equal noise: --top-group moderated does not"
+    added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
+    if rule == "hsd" or (not added and not lost):
+        return text + ("." if rule == "hsd" else "; hsd, which assumes equal noise, gives the same top group.")
+    parts = ([f"also keep {_names(added)}"] if added else []) + ([f"leave out {_names(lost)}"] if lost else [])
+    return text + f"; hsd, which assumes equal noise, would {' and '.join(parts)}."
+
+
+def readmitted_sentence(summary: pd.DataFrame, racing: bool) -> str | None:
+    """In a raced study, the maps the race dropped (fewer seeds than the survivors) that the
+    report's analysis, on every seed each map has, puts back in the top group: said, not
+    silently re-admitted. None when there are none."""
+    ok = summary[summary["n_seeds"] > 0]
+    if not racing or ok.empty:
+        return None
+    back = ok[(ok["n_seeds"] < ok["n_seeds"].max()) & ok["in_top_group"]]
+    if back.empty:
+        return None
+    seeds = sorted(set(back["n_seeds"].astype(int)))
+    one = len(back) == 1
+    return (f"{_names(list(back['candidate']))} {_verb(len(back), 'is', 'are')} in the top group although the race "
+            f"dropped {'it' if one else 'them'} after {' or '.join(map(str, seeds))} seeds: analysed once at α on "
+            f"every seed each map has, {'its' if one else 'their'} pair with the best shares only those seeds, too "
+            f"few to rule {'it' if one else 'them'} out here; the race's decision stands for the seeds it spent.")
 
 
 def _power_sentences(res: dict) -> list[str]:
     det = res.get("detectable")
-    if det is not None and res.get("rule", "holm") != "holm" and np.isfinite(det["mde"]):
+    if det is not None and np.isfinite(det["mde"]):
         out = [f"Minimum detectable difference of the {det['rule']} rule: with {det['n_seeds']} seeds it rules out a "
-               f"map {det['mde']:.3g} perplexity worse than the best ({det['mde_pct']:.1f} % of the best mean) with "
-               f"{det['power']:.0%} power (searchmaps.report --target-effect says how many seeds a smaller effect "
+               f"map {det['mde']:.3g} nats worse than the best ({det['mde_pct']:.1f} % of the best mean loss) with "
+               f"{det['power']:.0%} power, by simulation at this study's residual sd {det['sd']:.3g} with the other "
+               f"maps tied with the best (searchmaps.report --target-effect says how many seeds a smaller effect "
                f"needs)."]
         return out + _gaps_below(res, det["mde"])
     mde = res["mde"]
@@ -401,7 +476,7 @@ def _power_sentences(res: dict) -> list[str]:
     best = res["summary"]["mean"].min()
     out = [f"Minimum detectable difference: with {n} seeds (sd of paired differences {mde['sd_diff']:.3g}), "
            f"a paired t-test at α/m over m = {m} pairs finds a true difference of {mde['mde']:.3g} "
-           f"perplexity ({100 * mde['mde'] / best:.1f} % of the best mean) with {mde['power']:.0%} power "
+           f"nats ({100 * mde['mde'] / best:.1f} % of the best mean loss) with {mde['power']:.0%} power "
            f"({'; '.join(more)})."]
     return out + _gaps_below(res, mde["mde"])
 

@@ -20,7 +20,9 @@ from ..config import Candidate, ConfigError, parse_planned, resolve_candidate
 from ..plan import read_study_json
 from ..results import ResultsError, RunRecord, read_runs
 
-METRIC = "val_ppl"
+METRIC = "val_loss"  # the declared scale of every test, top group and detectable difference (nats)
+DISPLAY = "val_ppl"  # what the tables and figures show: perplexity, for reading only
+UNIT = "nats"
 
 
 class ReportError(ValueError):
@@ -150,9 +152,12 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
                   second_name: str) -> pd.DataFrame:
     """One row per candidate (:data:`SUMMARY_COLUMNS`), best first; candidates without a
     successful run come last with NaN statistics. ``res`` is
-    :func:`searchmaps.stats.analyze` of ``ok``; ``second`` the pairwise corrected p matrix
-    of the second-opinion test ``second_name``."""
-    s = res["summary"].copy()
+    :func:`searchmaps.stats.analyze` of ``ok`` on :data:`METRIC`; ``second`` the pairwise
+    corrected p matrix of the second-opinion test ``second_name``. ``mean``, ``std``,
+    ``sem`` and the CI are perplexity (:data:`DISPLAY`); ``diff_to_*`` and the p-values are
+    on the tested scale, validation loss in nats."""
+    order = list(res["summary"]["candidate"])  # best first on the tested scale
+    s = stats.summarize(ok, DISPLAY).set_index("candidate").loc[order].reset_index()
     mat = stats.to_matrix(ok, METRIC)
     best, ref, pw = res["best"], res["reference"], res["pairwise"]
     s["val_loss_mean"] = s["candidate"].map(ok.groupby("candidate")["val_loss"].mean())

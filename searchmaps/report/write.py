@@ -21,7 +21,9 @@ from .sentences import (
     TEST_NAMES,
     cannot_reject_sentence,
     family_sentences,
+    noise_sentence,
     protocol_sentences,
+    readmitted_sentence,
     result_sentences,
 )
 from .summary import (
@@ -89,7 +91,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
     info = load_info(study_dir)
-    rule = rule or info.get("top_group_rule") or "hsd"
+    rule = rule or info.get("top_group_rule") or topgroup.DEFAULT_RULE
     if rule not in topgroup.RULES:
         raise ReportError(f"--top-group must be one of {', '.join(topgroup.RULES)}, got {rule!r}")
     runs = last_horizon(records_frame(records))
@@ -108,9 +110,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
     summary = build_summary(runs, ok, res, second, second_name)
     detail = res["rule_detail"]
-    if detail is not None and "gap" in detail:
-        summary["rule_gap"] = summary["candidate"].map(detail["gap"])
-        summary["rule_allowance"] = detail["bound"]
+    summary["rule_gap"] = summary["candidate"].map(detail["gap"])
+    summary["rule_allowance"] = summary["candidate"].map(detail["allowance"])
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     tuned = tuning.tuning_table(records_frame(records))
     if tuned is not None:
@@ -130,9 +131,11 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     warnings = (warning,) if warning else ()
 
     name = info.get("study") or study_dir.name
-    bound = detail["bound"] if detail and "bound" in detail else detail["cd"] if detail else float("nan")
     result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
-                              {"rule": rule, "bound": bound})
+                              {"rule": rule, "bound": detail["bound"], "allowance": detail["allowance"]})
+    noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
+    readmitted = readmitted_sentence(summary, bool(info.get("racing")))
+    result += [s for s in (noise, readmitted) if s]
     if planned_df is not None and res["family_size"]:
         result += family_sentences(planned_df, res["family_size"])
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
@@ -217,13 +220,13 @@ def _configs(records, ok: pd.DataFrame) -> list[dict]:
 
 
 def parse_effect(text: str, best_mean: float) -> float:
-    """``--target-effect``: ``2%`` of the best mean, or a number of perplexity points."""
+    """``--target-effect``: ``1%`` of the best mean validation loss, or a loss difference in nats."""
     t = str(text).strip()
     try:
         value = float(t[:-1]) * best_mean / 100 if t.endswith("%") else float(t)
     except ValueError:
-        raise ReportError(f"--target-effect takes a perplexity difference like 0.5 or a share of the best mean "
-                          f"like 2%, got {text!r}") from None
+        raise ReportError(f"--target-effect takes a validation-loss difference in nats like 0.02 or a share of the best "
+                          f"mean loss like 1%, got {text!r}") from None
     if not value > 0:
         raise ReportError(f"--target-effect must be positive, got {text!r}")
     return value
@@ -237,10 +240,10 @@ def _planning(ok: pd.DataFrame, rule: str, alpha: float, target_effect: str) -> 
     n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=60 if rule == "friedman" else 200)
     now = topgroup.detectable_effect(mat, rule, alpha)
     if n is None:
-        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+        text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule would need more than {60 if rule == 'friedman' else 200} seeds at this noise.")
     else:
-        text = (f"To rule out a map {effect:.3g} perplexity worse than the best ({target_effect}) with 80 % power, "
+        text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule needs {n} seeds at this study's noise (residual sd {now['sd']:.3g}); it has "
                 f"{now['n_seeds']}, which resolve {now['mde']:.3g}.")
     return {"effect": effect, "seeds": n, "rule": rule, "sentence": text, "now": now}
