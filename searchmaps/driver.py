@@ -180,7 +180,8 @@ class Driver:
             self._store(unit, records)
 
     @_faults_of_the_storage
-    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "", wall_s: float = 0.0) -> Status | None:
+    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "",
+                 wall_s: float = 0.0) -> Status | None:
         """Record a finished training (``wall_s``: its worker's seconds); ``records`` None
         means its process died (``why``): returns then how it was recorded (``crashed``: it
         runs again; ``failed``: it died too often)."""
