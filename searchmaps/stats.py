@@ -474,20 +474,28 @@ def detectable_difference(df: pd.DataFrame, metric: str = "val_ppl", alpha: floa
 
 
 def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, alpha: float = 0.05,
-            method: str = "ttest", correction: str = "holm", random_state=0) -> dict:
+            method: str = "ttest", correction: str = "holm", random_state=0, simultaneous: dict | None = None) -> dict:
     """Everything the report shows, in one call: ``summary``, ``comparisons``,
     ``friedman``, ``best``, ``reference``, ``top_group``, ``pairwise`` and
     ``mde`` (see the functions of the same names; ``mde`` is
     :func:`detectable_difference`), ``resolution`` (:func:`resolution` of ``method``
     over the all-pairs family, at the most seeds any tested pair shares), plus the
-    settings used and ``family_size``. ``correction`` must be family-wise."""
+    settings used and ``family_size``. ``correction`` must be family-wise. ``simultaneous``
+    (``{(a, b): p}``, a top-group rule's own p for every pair:
+    :func:`searchmaps.topgroup.simultaneous_pvalues`) replaces the corrected p-values, so
+    that the ranking, the matrix and the top group are one family; ``family`` says which."""
     require_family_wise(correction)
     mat = to_matrix(df, metric)
     ref = _reference(df, mat, reference)
     pairs = all_pairs(mat, method, correction, 0.95, random_state)
+    if simultaneous is not None:
+        for key, p in simultaneous.items():
+            if key in pairs and pairs[key]["n_pairs"] >= 2:
+                pairs[key]["p_adjusted"] = float(p)
     shared = [int(r["n_pairs"]) for k, r in pairs.items() if k != "family_size" and r["n_pairs"] >= 2]
     return {
         "metric": metric, "alpha": alpha, "method": method, "correction": correction,
+        "family": "rule" if simultaneous is not None else "tests",
         "family_size": pairs["family_size"],
         "summary": summarize(df, metric),
         "comparisons": _compare(mat, pairs, ref, alpha),

@@ -321,6 +321,72 @@ def pair_tests(x: np.ndarray, alpha: float = 0.05, moderate: bool = True) -> dic
 # --------------------------------------------------------------------------- batches of studies
 
 
+def simultaneous_pvalues(mat: pd.DataFrame, rule: str = DEFAULT_RULE) -> dict | None:
+    """Every pair's p-value in the rule's own simultaneous family, keyed ``(a, b)`` as
+    :func:`searchmaps.stats.all_pairs` keys them; None for a rule that is not a comparison
+    of every pair (holm decides by the study's own test, mcb and friedman by constants).
+
+    ``moderated``: the pair's mean paired difference over the seeds the two share, its
+    variance moderated exactly as :func:`pair_tests` moderates a pair with the best (the
+    prior from every pair, floored at the two maps' own noise), and P(Q > |t| sqrt 2) for
+    Tukey's studentized range Q of k means at the pair's degrees of freedom. ``hsd``: the
+    difference of means over the seeds every map has, on the pooled residual sd. A
+    candidate is out of the rule's top group exactly when its p against the best is at
+    most alpha (up to the 0.3 % of :func:`srange_critical`'s table), so the ranking, the
+    significance matrix and the top group speak with one voice."""
+    if rule not in ("moderated", "hsd"):
+        return None
+    names = [str(c) for c in mat.columns]
+    k = len(names)
+    if k < 2:
+        return {}
+    out = {}
+    if rule == "hsd":
+        block = complete_block(mat)
+        n = len(block)
+        sd, dof = residual_sd(block.to_numpy(dtype=float))
+        means = block.mean(axis=0).to_numpy(dtype=float)
+        for i in range(k):
+            for j in range(i + 1, k):
+                ok = n >= 2 and dof >= 1 and sd > 0
+                stat = abs(means[i] - means[j]) / (sd / math.sqrt(n)) if ok else float("nan")
+                out[(names[i], names[j])] = float(stats.studentized_range.sf(stat, k, dof)) if ok else 1.0
+        return out
+    x = mat.to_numpy(dtype=float)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        d = x[:, :, None] - x[:, None, :]
+        m = np.sum(~np.isnan(d), axis=0)
+        var = np.where(m >= 2, np.nanvar(d, axis=0, ddof=1), np.nan)
+        diff = np.nanmean(d, axis=0)
+        iu = np.triu_indices(k, 1)
+        obs, rows = np.sum(~np.isnan(x)), np.sum(np.any(~np.isnan(x), axis=1))
+        cap = float(max(obs - k - rows + 1, 0))
+        if k > 2:
+            s02, d0 = fit_f_dist(var[None, iu[0], iu[1]], (m[None, iu[0], iu[1]] - 1).astype(float))
+            s02, d0 = float(s02[0]), float(min(d0[0], cap))
+            vz = np.where(np.eye(k, dtype=bool) | np.isnan(var), 0.0, var)
+            total = vz.sum() / 2 / max(k - 1, 1)
+            per_map = np.maximum((vz.sum(axis=1) - total) / max(k - 2, 1), 0.0)
+        else:
+            s02, d0, per_map = float("nan"), 0.0, np.zeros(k)
+        prior = d0 if np.isfinite(s02) and d0 > 0 else 0.0
+    for i, j in zip(*iu):
+        n, nu = int(m[i, j]), int(m[i, j]) - 1
+        if n < 2:
+            out[(names[i], names[j])] = 1.0
+            continue
+        tau = per_map[i] + per_map[j] if k > 2 else 0.0
+        target = max(np.nan_to_num(s02), tau)
+        pooled = max((prior * target + nu * var[i, j]) / (prior + nu), tau)
+        if not pooled > 0:
+            out[(names[i], names[j])] = 0.0 if diff[i, j] != 0 else 1.0
+            continue
+        stat = abs(diff[i, j]) / math.sqrt(pooled / n) * math.sqrt(2)
+        out[(names[i], names[j])] = float(stats.studentized_range.sf(stat, k, prior + nu))
+    return out
+
+
 def _complete(x: np.ndarray) -> np.ndarray:
     x = np.asarray(x, dtype=float)
     x = x[None] if x.ndim == 2 else x
@@ -563,8 +629,9 @@ def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
     from .stats import to_matrix
 
     check_rule(rule)
-    res = pairwise_analysis(df, metric, reference, alpha, method, correction, random_state)
     mat = to_matrix(df, metric)
+    family = simultaneous_pvalues(mat, rule)
+    res = pairwise_analysis(df, metric, reference, alpha, method, correction, random_state, simultaneous=family)
     res["rule"] = rule
     res["rule_detail"] = rule_detail(mat, rule, alpha)
     if rule == "holm":  # the all-pairs family of the study's own test (rule_detail's holm is the t-test's)

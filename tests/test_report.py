@@ -206,7 +206,7 @@ def test_report_html_is_self_contained_and_says_the_result(realistic):
                     "Runs that did not finish"):
         assert f"<h2>{section}</h2>" in page
     for text in ("Token-matched", "2,048 tokens", "Seeds: 5 per candidate", "paired t-test", "Holm",
-                 "α = 0.05", "Friedman omnibus", "Minimum detectable difference", "2/2^5 = 0.0625",
+                 "α = 0.05", "Friedman omnibus", "Minimum detectable difference", "the top group's own test",
                  "fingerprint"):
         assert text in page, text
     assert "class=warn" not in page and rep.warnings == ()  # the t-test can reject with 5 seeds
@@ -228,7 +228,9 @@ def test_planned_and_all_pairs_verdicts_that_differ_are_explained(tmp_path):
     assert p_raw <= 0.05 < truth["adj"][("2,1|rope", "1,1|rope")]  # the table does what it is meant to
 
     folder = make_study(tmp_path / "two", results)
-    rep = write_report(folder, planned=["2,1/1,1"])
+    # under holm the all-pairs family is the t-tests corrected over every pair (under the
+    # default rule it is the rule's own simultaneous family: see the committed-study test)
+    rep = write_report(folder, planned=["2,1/1,1"], rule="holm")
     planned = pd.read_csv(folder / "planned.csv")
     assert list(planned.columns) == ["candidate", "against", "n_pairs", "mean_diff", "diff_ci_low", "diff_ci_high",
                                      "p_value", "p_signflip", "p_adjusted", "significant", "p_all_pairs",
@@ -240,13 +242,13 @@ def test_planned_and_all_pairs_verdicts_that_differ_are_explained(tmp_path):
     assert (f"`2,1|rope` is significantly worse than `1,1|rope` in the planned comparisons (corrected over 1), "
             f"p = {p_raw:.2g}, but not in the all-pairs analysis (corrected over 15), "
             f"p = {truth['adj'][('2,1|rope', '1,1|rope')]:.2g}.") in text
-    assert "corrects over every pair of candidates, K(K-1)/2 = 15" in text
+    assert "covers every pair of candidates, K(K-1)/2 = 15" in text
     page = rep.path.read_text(encoding="utf-8")
     assert "corrected over these 1 only" in page and "so a pair can be significant here and not there" in page
     assert "<span class=bad>differs</span>" in page
 
     # where the two families agree, the result says nothing about them
-    write_report(folder, planned=["1,2/1,1"])
+    write_report(folder, planned=["1,2/1,1"], rule="holm")
     assert "The two families" not in result_text((folder / "report.html").read_text(encoding="utf-8"))
 
 
@@ -279,8 +281,14 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     text = result_text((folder / "report.html").read_text(encoding="utf-8"))
     planned = pd.read_csv(folder / "planned.csv").set_index(["candidate", "against"])
     row = planned.loc[("1,1,1,2|rope", "1,1,1,1|rope")]
-    assert row.p_adjusted == pytest.approx(0.0031, abs=1e-4) and row.p_all_pairs == pytest.approx(0.022, abs=1e-3)
-    assert row.significant and row.significant_all_pairs
+    # planned (t-test, Holm over 12): worse; in the default rule's own family of all 55 pairs, whose
+    # p against the best decides the top group, not: so it is in the top group, and the report says both
+    assert row.p_adjusted == pytest.approx(0.0031, abs=1e-4) and row.p_all_pairs == pytest.approx(0.107, abs=1e-3)
+    assert row.significant and not row.significant_all_pairs
+    summary = pd.read_csv(folder / "summary.csv").set_index("candidate")
+    assert summary.loc["1,1,1,2|rope", "in_top_group"] and summary.loc["1,1,1,2|rope", "p_vs_best"] > 0.05
+    assert ("`1,1,1,2|rope` is significantly worse than `1,1,1,1|rope` in the planned comparisons (corrected "
+            "over 12), p = 0.0031, but not in the moderated rule's family (55 pairs), p = 0.11.") in text
     assert "`1,1,1,1|rope` is best" in text
 
 
@@ -349,7 +357,7 @@ def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
     out = cli(folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
-              "2,1,1,1", "--no-attach")
+              "2,1,1,1", "--top-group", "holm", "--no-attach")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder / "report.html")
     page = (folder / "report.html").read_text(encoding="utf-8")
@@ -815,3 +823,31 @@ def test_a_spread_within_chance_is_said_when_hsd_would_conclude_otherwise(tmp_pa
                                .groupby("candidate")}))
     assert set(ok.loc[ok["in_top_group"], "candidate"]) == set(top_group(mat, DEFAULT_RULE))
     assert set(re.findall(r"`([^`]+)`", m.group(3))) == set(top_group(mat, DEFAULT_RULE)) - set(top_group(mat, "hsd"))
+
+
+def test_one_voice_the_ranking_matrix_friedman_line_and_top_group_agree(tmp_path):
+    """results/ilr-table1-rope-tokens under the default rule: every p the ranking shows
+    against the best decides that map's star; the Friedman line agrees with the group."""
+    folder = tmp_path / "tokens"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-tokens", folder)
+    rep = write_report(folder, rule=DEFAULT_RULE)
+    s = rep.summary[rep.summary["n_seeds"] > 0].set_index("candidate")
+    best = s["mean"].idxmin()
+    others = s.drop(index=best)
+    assert (others["in_top_group"] == (others["p_vs_best"] > 0.05)).all()
+    assert 1 < others["in_top_group"].sum() < len(others)  # both verdicts occur here
+    page = html.unescape(rep.path.read_text(encoding="utf-8"))
+    assert "the moderated rule's simultaneous comparisons of all 55 pairs (the top group's own test)" in page
+    assert "(the candidates differ, as the top group says)" in page
+    assert "not in the all-pairs analysis" not in page  # the family the ranking uses is named, never another
+
+
+def test_an_omnibus_difference_with_everyone_in_the_top_group_is_reconciled():
+    from searchmaps.report.sentences import _omnibus_verdict
+
+    summary = pd.DataFrame({"n_seeds": [3] * 4})
+    res = {"summary": summary, "alpha": 0.05, "top_group": ["a", "b", "c", "d"]}
+    said = _omnibus_verdict({"p_value": 0.016}, res)
+    assert "no single map is shown worse than the best" in said and "the candidates differ," not in said
+    assert "as the top group says" in _omnibus_verdict({"p_value": 0.5}, res)
+    assert "still rules out 2" in _omnibus_verdict({"p_value": 0.5}, {**res, "top_group": ["a", "b"]})

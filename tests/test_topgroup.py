@@ -250,3 +250,37 @@ def test_noise_check_flags_unequal_noise_and_says_what_hsd_concludes():
     check = noise_check(noisy)
     assert check["unequal"] and check["spread"] > check["threshold"] >= 1.5
     assert check["pooled_group"] == top_group(noisy, "hsd")
+
+
+@pytest.mark.parametrize("rule", ["moderated", "hsd"])
+def test_the_rules_pairwise_p_values_decide_exactly_its_top_group(rule):
+    """One voice: a map is out of the rule's top group exactly when its simultaneous p
+    against the best is at most alpha, on balanced and raced (unbalanced) matrices, with
+    equal and unequal noise."""
+    from searchmaps.topgroup import rule_detail, simultaneous_pvalues
+
+    rng = np.random.default_rng(7)
+    checked = out = 0
+    for study in range(60):
+        k, n = (5, 11)[study % 2], (3, 5, 8)[study % 3]
+        sd = np.where(np.arange(k) < k // 3, 4.0, 1.0) if study % 4 < 2 else np.ones(k)
+        x = rng.normal(size=(n, 1)) + rng.normal(size=(n, k)) * sd * 0.3 + np.linspace(0, 1.5, k)
+        mat = pd.DataFrame(x, columns=[f"m{i}" for i in range(k)])
+        if rule == "moderated" and study % 5 == 0:  # a race: the worst maps stopped after 3 seeds
+            mat.iloc[3:, k // 2:] = np.nan
+        det, p = rule_detail(mat, rule), simultaneous_pvalues(mat, rule)
+        for c in mat.columns:
+            if c == det["best"]:
+                continue
+            pv = p.get((c, det["best"]), p.get((det["best"], c)))
+            assert (c in det["top_group"]) == (pv > 0.05), (study, c, pv)
+            checked += 1
+            out += pv <= 0.05
+    assert checked > 300 and 0.2 < out / checked < 0.9  # both verdicts well represented
+
+
+def test_holm_mcb_and_friedman_have_no_simultaneous_family():
+    from searchmaps.topgroup import simultaneous_pvalues
+
+    mat = pd.DataFrame(np.random.default_rng(0).normal(size=(5, 4)), columns=list("abcd"))
+    assert all(simultaneous_pvalues(mat, r) is None for r in ("holm", "mcb", "friedman"))

@@ -61,12 +61,12 @@ def failures_table(runs: pd.DataFrame) -> str:
 
 
 def planned_table(planned: pd.DataFrame, method: str, second_name: str, correction: str, alpha: float,
-                  family_size: int) -> str:
+                  family_size: int, family: str | None = None) -> str:
     """The planned comparisons (:func:`~searchmaps.report.summary.with_all_pairs`, with
     ``p_<second_name>``), each pair's verdict in both families side by side."""
     head = ["candidate", "vs", "seeds", "Δ val ppl (95 % CI)", f"p ({method})", f"p ({second_name})",
             f"p corrected ({correction}, {len(planned)} planned)", f"significant at α = {alpha:g}",
-            f"all-pairs family: p corrected over {family_size} pairs"]
+            family or f"all-pairs family: p corrected over {family_size} pairs"]
 
     def verdict(sig: bool, diff: float) -> str:
         return f"yes: {'better' if diff < 0 else 'worse'}" if sig else "no"

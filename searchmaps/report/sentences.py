@@ -182,7 +182,19 @@ def _reference_sentences(ok: pd.DataFrame, best: str, reference: str | None, alp
     return out
 
 
-def family_sentences(planned: pd.DataFrame, family_size: int) -> list[str]:
+def family_label(res: dict, short: bool = False) -> str:
+    """The all-pairs family the ranking, the significance matrix and the top group share:
+    the top-group rule's own simultaneous comparisons where it compares every pair
+    (moderated, hsd), else the study's test corrected over every pair."""
+    n = res["family_size"]
+    if res.get("family") == "rule":
+        return (f"the {res['rule']} rule's family ({n} pairs)" if short else
+                f"the {res['rule']} rule's simultaneous comparisons of all {n} pairs (the top group's own test)")
+    return (f"the all-pairs family ({n} pairs)" if short else
+            f"{TEST_NAMES[res['method']]}s, {CORRECTION_NAMES[res['correction']]}-corrected over all {n} pairs")
+
+
+def family_sentences(planned: pd.DataFrame, family_size: int, res: dict | None = None) -> list[str]:
     """Where a planned pair's verdict differs from the same pair's in the all-pairs family
     (``planned`` from :func:`~searchmaps.report.summary.with_all_pairs`): one sentence per
     such pair and one on why; empty when they all agree."""
@@ -191,15 +203,16 @@ def family_sentences(planned: pd.DataFrame, family_size: int) -> list[str]:
         return []
     n_planned, out = len(planned), []
     here = f"the planned comparisons (corrected over {n_planned})"
-    there = f"the all-pairs analysis (corrected over {family_size})"
+    there = (f"the all-pairs analysis (corrected over {family_size})" if res is None or res.get("family") != "rule"
+             else f"{family_label(res, short=True)}")
     for r in differ.itertuples(index=False):
         how = "worse than" if r.mean_diff > 0 else "better than"
         yes, no = ((here, r.p_adjusted), (there, r.p_all_pairs)) if r.significant else \
             ((there, r.p_all_pairs), (here, r.p_adjusted))
         out.append(f"`{r.candidate}` is significantly {how} `{r.against}` in {yes[0]}, {p_eq(yes[1])}, "
                    f"but not in {no[0]}, {p_eq(no[1])}.")
-    out.append(f"The two families answer different questions: the all-pairs analysis (ranking, top group, "
-               f"significance matrix) corrects over every pair of candidates, K(K-1)/2 = {family_size}, the "
+    out.append(f"The two families answer different questions: {there} (ranking, top group, "
+               f"significance matrix) covers every pair of candidates, K(K-1)/2 = {family_size}, the "
                f"planned comparisons only over the {n_planned} named before the results, so a pair can be "
                f"significant in one and not in the other.")
     return out
@@ -278,19 +291,26 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                 f"; {params.min():,.0f} to {params.max():,.0f} parameters") if params.gt(0).all() else ""
         out.append(f"Model: {m.get('n_layers')} layers, d_model {m.get('d_model')}, {m.get('n_heads')} heads, "
                    f"FFN {m.get('ffn_hidden')}, sequence {m.get('seq_len')}, vocabulary {m.get('vocab_size')}{size}.")
-    out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
-               f"{TEST_NAMES[res['method']]} on validation loss per seed (nats: the declared scale of every test, the top "
-               f"group and the detectable difference; perplexity is shown for reading only), two-sided, with the "
-               f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
-               f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}.")
+    scale = ("validation loss per seed (nats: the declared scale of every test, the top group and the detectable "
+             "difference; perplexity is shown for reading only)")
+    if res.get("family") == "rule":
+        out.append(f"Pairwise p-values (the ranking's, the significance matrix's and the baseline comparisons'): "
+                   f"{family_label(res)}, on {scale}, α = {res['alpha']:g}: a map is out of the top group exactly "
+                   f"when its p against the best is at most α. The planned comparisons use the "
+                   f"{TEST_NAMES[res['method']]}, corrected over their own family; the {TEST_NAMES[second_name]}, "
+                   f"{CORRECTION_NAMES[correction]}-corrected over all pairs, is a second opinion (summary.csv's "
+                   f"*_{second_name} columns).")
+    else:
+        out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
+                   f"{TEST_NAMES[res['method']]} on {scale}, two-sided, with the "
+                   f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
+                   f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}.")
     out += _rule_sentences(res)
     out += _floor_sentences(res, correction)
     fr = res["friedman"]
     if fr:
-        verdict = ("the candidates differ" if fr["p_value"] <= res["alpha"]
-                   else "no evidence that the candidates differ")
         out.append(f"Friedman omnibus test over the {fr['n_seeds']} seeds all {fr['n_candidates']} candidates "
-                   f"share: χ² = {fr['statistic']:.3g}, {p_eq(fr['p_value'])} ({verdict}).")
+                   f"share: χ² = {fr['statistic']:.3g}, {p_eq(fr['p_value'])} ({_omnibus_verdict(fr, res)}).")
     else:
         out.append("Friedman omnibus test: not available (it needs at least 3 candidates and 2 seeds they all "
                    "share).")
@@ -350,9 +370,29 @@ def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:
             f"gradient clip {clip:g}), {lr}, {sched}; {per_update}, {steps_text}; {prec} on {device}.")
 
 
+def _omnibus_verdict(fr: dict, res: dict) -> str:
+    """The omnibus verdict in words that agree with the top group: a global test asks
+    whether ANY two candidates differ, a weaker question than which map is worse than the
+    best, so it can find a spread that no comparison with the best resolves (and the
+    reverse: ranks ignore how large the gaps are)."""
+    n_all = int((res["summary"]["n_seeds"] > 0).sum())
+    everyone = len(res["top_group"]) >= n_all
+    if fr["p_value"] <= res["alpha"]:
+        if everyone:
+            return ("by ranks the candidates differ somewhere, but no single map is shown worse than the best, so "
+                    "the top group keeps them all: a global test answers a weaker question")
+        return "the candidates differ, as the top group says"
+    if everyone:
+        return "no evidence that the candidates differ, as the top group says"
+    return (f"no evidence by ranks alone; the top group's rule, which uses the size of the gaps, still rules out "
+            f"{n_all - len(res['top_group'])}")
+
+
 def _floor_sentences(res: dict, correction: str) -> list[str]:
     """What the exact tests' floor 2/2^n means for this study (the warning itself, when
     the chosen test cannot reject, is :func:`cannot_reject_sentence`)."""
+    if res.get("family") == "rule":
+        return []  # the all-pairs family is the rule's; the planned family's floor is the warning's business
     r = res["resolution"]
     n, m, thr = r["n_seeds"], r["n_comparisons"], r["threshold"]
     if n < 2 or res["family_size"] == 0:

@@ -17,9 +17,9 @@ from . import horizons, supernet, tuning
 from .figures import curves_figure, pareto_figure, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
-    CORRECTION_NAMES,
     TEST_NAMES,
     cannot_reject_sentence,
+    family_label,
     family_sentences,
     noise_sentence,
     protocol_sentences,
@@ -137,7 +137,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
     result += [s for s in (noise, readmitted) if s]
     if planned_df is not None and res["family_size"]:
-        result += family_sentences(planned_df, res["family_size"])
+        result += family_sentences(planned_df, res["family_size"], res)
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
                            f"{name}: validation perplexity vs forward FLOPs per token")
     figures = [("Pareto front", pareto,
@@ -149,9 +149,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
     if several:
         figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
-                        f"Corrected p-value of every pair ({TEST_NAMES[method]}, {CORRECTION_NAMES[correction]} over "
-                        f"all {res['family_size']} pairs; the {second_name} p-values are in summary.csv); "
-                        f"dark cells differ at α = {alpha:g}. Rows and columns are ordered best first."))
+                        f"p-value of every pair in {family_label(res)} (the {second_name} test's, for the best and "
+                        f"the baseline, are in summary.csv); dark cells differ at α = {alpha:g}. Rows and columns are "
+                        f"ordered best first."))
     curves = curve_table(ok)
     if not curves.empty:
         figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
@@ -161,11 +161,13 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     if planned_df is not None:
         planned_html = (f"<h2>Planned comparisons</h2><p class=caption>Hypotheses named before the results "
                         f"(--planned), each a paired test, corrected over these {len(planned_df)} only; "
-                        f"Δ is the first minus the second (negative: the first has lower perplexity). The ranking "
-                        f"and the significance matrix correct every pair over all {res['family_size']} pairs of "
-                        f"candidates instead, so a pair can be significant here and not there, or the reverse: "
-                        f"the last column gives each pair's verdict in that family.</p>"
-                        + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"]))
+                        f"Δ is the first minus the second (negative: the first has lower perplexity). The ranking, "
+                        f"the significance matrix and the top group use {family_label(res)} instead, so a pair can be "
+                        f"significant here and not there, or the reverse: the last column gives each pair's verdict "
+                        f"in that family.</p>"
+                        + planned_table(planned_df, method, second_name, correction, alpha, res["family_size"],
+                                        f"{family_label(res, short=True)}: p" if res.get("family") == "rule"
+                                        else None))
     sections = []
     ladder = horizons.analyse(records_frame(records), info, target if target is not None else info.get("target"),
                               alpha, rule=rule, reference=res["reference"], published_sd=published_sd)
