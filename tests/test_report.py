@@ -851,3 +851,15 @@ def test_an_omnibus_difference_with_everyone_in_the_top_group_is_reconciled():
     assert "no single map is shown worse than the best" in said and "the candidates differ," not in said
     assert "as the top group says" in _omnibus_verdict({"p_value": 0.5}, res)
     assert "still rules out 2" in _omnibus_verdict({"p_value": 0.5}, {**res, "top_group": ["a", "b"]})
+
+
+def test_the_supernet_trust_sentence_states_regret_in_nats_with_perplexity_for_display():
+    from searchmaps.report.supernet import trust_sentence
+
+    a = {"kendall_tau": 0.5, "kendall_tau_low": 0.1, "kendall_tau_high": 0.8, "spearman_rho": 0.6,
+         "n_candidates": 9, "pick": "2,1", "truth_best": "1,2", "regret": 0.0123, "regret_ppl": 0.0912,
+         "top_group": "1,2;2,1", "top_agreement": 0.5}
+    s = trust_sentence(a)
+    assert "regret 0.0123 nats (0.0912 perplexity)" in s and "`2,1`" in s and "prescreen" in s
+    del a["regret_ppl"]
+    assert "regret 0.0123 nats)" in trust_sentence(a)

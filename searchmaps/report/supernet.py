@@ -69,7 +69,7 @@ def trust_sentence(a: dict) -> str:
     level = ("its ranking can stand in for stand-alone training here" if lo > 0.6 else
              "it can prescreen (drop the clearly bad maps) but not rank the good ones" if lo > 0 else
              "its ranking cannot be trusted here: choose maps by stand-alone training")
-    regret = f"{a['regret_ppl']:.3g} perplexity" if "regret_ppl" in a else f"{a['regret']:.3g}"
+    regret = f"{a['regret']:.3g} nats" + (f" ({a['regret_ppl']:.3g} perplexity)" if "regret_ppl" in a else "")
     pick = "the stand-alone best itself" if a["pick"] == a["truth_best"] else f"`{a['pick']}`"
     return (f"Against stand-alone training of the same {a['n_candidates']} maps, the supernet's ranking has Kendall's "
             f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f}); its pick is {pick} "
