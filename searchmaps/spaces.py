@@ -129,7 +129,11 @@ class Space:
 
 
 def builtin_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "spaces"
+    """The built-in spaces: ``searchmaps/_spaces`` in an installed wheel (setup.py maps the top-level
+    ``spaces/`` folder there), else ``spaces/`` next to the package in a checkout or editable install."""
+    here = Path(__file__).resolve().parent
+    installed = here / "_spaces"
+    return installed if installed.is_dir() else here.parent / "spaces"
 
 
 def builtin_spaces() -> list[str]:

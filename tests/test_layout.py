@@ -1,5 +1,5 @@
-"""The house: modules import only downward (the order below, which the README's
-architecture section follows), nothing imports in a circle, Ray and Optuna stay in their
+"""The house: modules import only downward (the order below, which docs/architecture.md
+follows), nothing imports in a circle, Ray and Optuna stay in their
 rooms, and no module reaches into another's private names or Optuna's."""
 
 import ast
