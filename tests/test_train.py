@@ -325,6 +325,65 @@ def test_a_diverging_shared_phase_fails_every_rung_after_it(corpus):
     assert [r.status for r in rungs] == [Status.FAILED] * 3 and all("diverged" in r.error for r in rungs)
 
 
+# ---------------------------------------------------------------------------- the step, alone
+
+
+def test_the_guard_calls_divergence_on_a_full_window_after_warm_up_only():
+    from searchmaps.train import DIVERGENCE_WINDOW, Guard, Stop
+
+    guard = Guard(vocab_size=256, warmup=5)  # limit ln 256 + 1 = 6.55
+    high = [7.0] * DIVERGENCE_WINDOW
+    guard.train_loss(6, high[1:])  # a window not yet full
+    guard.train_loss(5, high)  # inside the warm-up
+    guard.train_loss(6, [6.5] * DIVERGENCE_WINDOW)  # below the limit
+    with pytest.raises(Stop, match=r"diverged: training loss 7 at step 6 is above ln\(vocab\) \+ 1 = 6.55"):
+        guard.train_loss(6, high)
+    with pytest.raises(Stop, match=r"non-finite training loss \(inf\) at step 1"):
+        guard.train_loss(1, [math.inf])  # non-finite: warm-up or not
+    with pytest.raises(Stop, match="non-finite validation loss at step 2"):
+        guard.val_loss(2, math.nan)
+    guard.val_loss(5, 7.0)
+    with pytest.raises(Stop, match="diverged: validation loss 7 at step 6") as stop:
+        guard.val_loss(6, 7.0)
+    assert stop.value.status is Status.FAILED
+
+
+def test_a_step_that_stops_leaves_the_weights_untouched_and_one_that_does_not_moves_them(corpus):
+    """The step knows nothing of schedules or ladders: a batch, a rate and the losses before it."""
+    import torch
+
+    from searchmaps.data import train_batches
+    from searchmaps.model import LoopedLM
+    from searchmaps.train import DIVERGENCE_WINDOW, Guard, Stop, TrainStep
+    from searchmaps.train.step import make_optimizer
+
+    spec = tiny_spec("2,1")
+    torch.manual_seed(0)
+    model = LoopedLM(spec.model)
+    step = TrainStep(model, make_optimizer(model, spec), Guard(spec.model.vocab_size, warmup=0), "cpu", "fp32", 1.0)
+    batches = train_batches(corpus, 4, 32, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(Stop, match="diverged"):  # nine losses of 100 nats before it: the window's mean is far above
+        step(10, next(batches), 1e-3, [100.0] * (DIVERGENCE_WINDOW - 1))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    loss = step(1, next(batches), 1e-3, [100.0] * (DIVERGENCE_WINDOW - 2))  # window not full: no check
+    assert math.log(256) - 0.5 < loss < math.log(256) + 1  # an untrained model is near uniform
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_worker_asked_for_the_ladder_to_its_top_gets_a_failed_record_per_rung():
+    """``last=None`` (to the top) used to raise a TypeError from the failure path itself."""
+    import dataclasses
+
+    from searchmaps.train import train_or_fail
+
+    spec = tiny_spec(tokens=LADDER[0], schedule="wsd")
+    spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, vocab_size=16))  # below the corpus's
+    recs = train_or_fail(spec, horizons=LADDER, first=1, last=None)
+    assert [r.rung for r in recs] == [1, 2] and all(r.status is Status.FAILED for r in recs)
+    assert "--vocab-size 16" in recs[0].error
+
+
 # ---------------------------------------------------------------------------- today's numbers, kept
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "train.json"
