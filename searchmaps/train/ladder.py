@@ -68,7 +68,8 @@ def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, f
             trainer.save(save, i, history)
         if i not in wanted:
             continue
-        kept, branch = (None, history) if i == last else (trainer.keep(), history.copy())  # the last cooldown: the run's end
+        # the last rung's cooldown is the run's own end; a lower rung's is a branch off a kept state
+        kept, branch = (None, history) if i == last else (trainer.keep(), history.copy())
         try:
             trainer.advance(branch, i, lad.steps[i], set(lad.eval_steps(i)), check)
             rungs.finish(i, branch)
