@@ -1,5 +1,6 @@
 """The proxy trainer: records, horizons, determinism, failures, and its CLI."""
 
+import dataclasses
 import json
 import math
 import subprocess
@@ -322,3 +323,217 @@ def test_a_diverging_shared_phase_fails_every_rung_after_it(corpus):
     spec = tiny_spec(tokens=LADDER[0], schedule="wsd", lr=10.0)
     rungs = train_ladder(spec, LADDER, corpus)
     assert [r.status for r in rungs] == [Status.FAILED] * 3 and all("diverged" in r.error for r in rungs)
+
+
+# ---------------------------------------------------------------------------- the step, alone
+
+
+def test_the_guard_calls_divergence_on_a_full_window_after_warm_up_only():
+    from searchmaps.train import DIVERGENCE_WINDOW, Guard, Stop
+
+    guard = Guard(vocab_size=256, warmup=5)  # limit ln 256 + 1 = 6.55
+    high = [7.0] * DIVERGENCE_WINDOW
+    guard.train_loss(6, high[1:])  # a window not yet full
+    guard.train_loss(5, high)  # inside the warm-up
+    guard.train_loss(6, [6.5] * DIVERGENCE_WINDOW)  # below the limit
+    with pytest.raises(Stop, match=r"diverged: training loss 7 at step 6 is above ln\(vocab\) \+ 1 = 6.55"):
+        guard.train_loss(6, high)
+    with pytest.raises(Stop, match=r"non-finite training loss \(inf\) at step 1"):
+        guard.train_loss(1, [math.inf])  # non-finite: warm-up or not
+    with pytest.raises(Stop, match="non-finite validation loss at step 2"):
+        guard.val_loss(2, math.nan)
+    guard.val_loss(5, 7.0)
+    with pytest.raises(Stop, match="diverged: validation loss 7 at step 6") as stop:
+        guard.val_loss(6, 7.0)
+    assert stop.value.status is Status.FAILED
+
+
+def test_a_step_that_stops_leaves_the_weights_untouched_and_one_that_does_not_moves_them(corpus):
+    """The step knows nothing of schedules or ladders: a batch, a rate and the losses before it."""
+    import torch
+
+    from searchmaps.data import train_batches
+    from searchmaps.model import LoopedLM
+    from searchmaps.train import DIVERGENCE_WINDOW, Guard, Stop, TrainStep
+    from searchmaps.train.step import make_optimizer
+
+    spec = tiny_spec("2,1")
+    torch.manual_seed(0)
+    model = LoopedLM(spec.model)
+    step = TrainStep(model, make_optimizer(model, spec), Guard(spec.model.vocab_size, warmup=0), "cpu", "fp32", 1.0)
+    batches = train_batches(corpus, 4, 32, seed=0)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises(Stop, match="diverged"):  # nine losses of 100 nats before it: the window's mean is far above
+        step(10, next(batches), 1e-3, [100.0] * (DIVERGENCE_WINDOW - 1))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    loss = step(1, next(batches), 1e-3, [100.0] * (DIVERGENCE_WINDOW - 2))  # window not full: no check
+    assert math.log(256) - 0.5 < loss < math.log(256) + 1  # an untrained model is near uniform
+    assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_worker_asked_for_the_ladder_to_its_top_gets_a_failed_record_per_rung():
+    """``last=None`` (to the top) used to raise a TypeError from the failure path itself."""
+    import dataclasses
+
+    from searchmaps.train import train_or_fail
+
+    spec = tiny_spec(tokens=LADDER[0], schedule="wsd")
+    spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, vocab_size=16))  # below the corpus's
+    recs = train_or_fail(spec, horizons=LADDER, first=1, last=None)
+    assert [r.rung for r in recs] == [1, 2] and all(r.status is Status.FAILED for r in recs)
+    assert "--vocab-size 16" in recs[0].error
+
+
+# ---------------------------------------------------------------------------- today's numbers, kept
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "train.json"
+VOLATILE = {"run_id", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "host", "torch_version"}
+
+
+def golden_env() -> dict:
+    """What fixes a CPU training's numbers besides its config: the torch build and the
+    kernels it picked for this CPU."""
+    import torch
+
+    return {"torch": torch.__version__, "cpu": torch.backends.cpu.get_cpu_capability()}
+
+
+def weights_digest(model) -> str:
+    """sha256 of every weight after training: equal only if every step was."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for k, v in model.state_dict().items():
+        h.update(k.encode())
+        h.update(v.detach().float().cpu().numpy().tobytes())
+    return h.hexdigest()
+
+
+class _Raise:
+    """A map_for_step that raises a RuntimeError at its ``at``-th call (an error in the
+    middle of a training that is neither a loss nor a divergence: the trainer's last net)."""
+
+    def __init__(self, at: int):
+        self.at, self.calls = at, 0
+
+    def __call__(self, step):
+        self.calls += 1
+        if self.calls == self.at:
+            raise RuntimeError(f"injected at call {self.calls} (step {step})\nsecond line")
+        return None
+
+
+def _run_case(name: str, corpus, tmp: Path) -> dict:
+    """One tiny training of the kept set: every record (less times and ids), every callback
+    in order, and the digest of the weights at the end."""
+    from searchmaps.train import train_or_fail
+
+    seen, digests = [], []
+    hooks = dict(on_rung=lambda r: seen.append(("rung", r.rung, r.status.value)),
+                 on_eval=lambda p: seen.append(("eval", p["step"], p["val_loss"])),
+                 on_model=lambda m: digests.append(weights_digest(m)))
+    wsd = dict(schedule="wsd")
+    if name == "plain":
+        recs = train_ladder(tiny_spec("2,1", seed=3, tokens=2048), None, corpus, **hooks)
+    elif name == "ladder":
+        recs = train_ladder(tiny_spec("2,1", "alibi", seed=4, tokens=LADDER[0], **wsd), LADDER, corpus, **hooks)
+    elif name == "ladder_compiled_bf16":
+        recs = train_ladder(tiny_spec("1,3", "learned", seed=4, tokens=LADDER[0], compile=True, precision="bf16",
+                                      **wsd), LADDER, corpus, **hooks)
+    elif name == "ladder_flops":
+        per_token = flops.train_flops_per_token(tiny_spec("3,1").model)
+        spec = tiny_spec("3,1", tokens=None, train_flops=8 * 128 * per_token, **wsd)
+        recs = train_ladder(spec, [8 * 128 * per_token, 32 * 128 * per_token], corpus, **hooks)
+    elif name == "segments":
+        spec = tiny_spec("2,1", seed=7, tokens=LADDER[0], **wsd)
+        recs = train_ladder(spec, LADDER, corpus, first=0, last=0, save=tmp / "s0.pt", **hooks)
+        recs += train_ladder(spec, LADDER, corpus, first=1, last=1, resume=tmp / "s0.pt", save=tmp / "s1.pt", **hooks)
+        recs += train_ladder(spec, LADDER, corpus, first=2, last=2, resume=tmp / "s1.pt", **hooks)
+    elif name == "record_one_rung":
+        recs = train_ladder(tiny_spec("2,1", seed=2, tokens=LADDER[0], **wsd), LADDER, corpus, record={1}, **hooks)
+    elif name == "per_map_lr":
+        recs = train_ladder(tiny_spec("3,1", "learned", seed=5, tokens=2048, lr=1e-2, schedule="cosine",
+                                      min_lr_frac=0.1, weight_decay=0.1, grad_clip=0.5), None, corpus, **hooks)
+    elif name == "supernet_maps":
+        from searchmaps.config import ReuseMap
+
+        maps = [ReuseMap.parse(m, 2) for m in ("2,1", "1,2", "1,1")]
+        recs = train_ladder(tiny_spec("2,1", seed=6, tokens=2048), None, corpus,
+                            map_for_step=lambda step: maps[step % 3], **hooks)
+    elif name == "pruned":
+        hooks["on_eval"] = lambda p: seen.append(("eval", p["step"], p["val_loss"])) or p["step"] >= 12
+        recs = train_ladder(tiny_spec(seed=1, tokens=4096), None, corpus, **hooks)
+    elif name == "nan":
+        recs = train_ladder(tiny_spec(tokens=8192, lr=1e12, grad_clip=1e30), None, corpus, **hooks)
+    elif name == "diverged":
+        recs = train_ladder(tiny_spec(tokens=8192, lr=10.0), None, corpus, **hooks)
+    elif name == "ladder_diverged":
+        recs = train_ladder(tiny_spec(tokens=LADDER[0], lr=10.0, **wsd), LADDER, corpus, **hooks)
+    elif name == "error_in_shared_phase":  # the 12th call: step 11 of the stable phase, after rung 0's branch
+        recs = train_ladder(tiny_spec(seed=8, tokens=LADDER[0], **wsd), LADDER, corpus, map_for_step=_Raise(12),
+                            **hooks)
+    elif name == "error_in_branch":  # steps 1-7 shared, then rung 0's cooldown: the 8th call is its step 8
+        recs = train_ladder(tiny_spec(seed=8, tokens=LADDER[0], **wsd), LADDER, corpus, map_for_step=_Raise(8),
+                            **hooks)
+    elif name == "error_in_last_rung":  # the 33rd of 36 calls: step 29, in the last cooldown
+        recs = train_ladder(tiny_spec(seed=8, tokens=LADDER[0], **wsd), LADDER, corpus, map_for_step=_Raise(33),
+                            **hooks)
+    elif name == "worker_config_error":  # the vocabulary is smaller than the corpus's
+        spec = tiny_spec(seed=9, tokens=LADDER[0], **wsd)
+        spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, vocab_size=16))
+        recs = train_or_fail(spec, horizons=LADDER, first=1, last=2)
+    elif name == "worker_bad_segment":
+        recs = train_or_fail(tiny_spec(seed=9, tokens=LADDER[0], **wsd), horizons=LADDER, first=1, last=2,
+                             record=[2])
+    elif name == "worker_bad_ladder":
+        recs = train_or_fail(tiny_spec(seed=9, tokens=LADDER[0], **wsd), horizons=[2048, 1024])
+    else:
+        raise KeyError(name)
+    rows = [{k: v for k, v in r.to_row().items() if k not in VOLATILE} for r in recs]
+    return {"records": rows, "callbacks": seen, "weights": digests}
+
+
+CASES = ["plain", "ladder", "ladder_compiled_bf16", "ladder_flops", "segments", "record_one_rung", "per_map_lr",
+         "supernet_maps", "pruned", "nan", "diverged", "ladder_diverged", "error_in_shared_phase", "error_in_branch",
+         "error_in_last_rung", "worker_config_error", "worker_bad_segment", "worker_bad_ladder"]
+
+
+def _exact(a, b) -> bool:
+    """Equal, NaN equal to NaN: floats compared exactly, never within a tolerance."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_exact(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_exact(a[k], b[k]) for k in a)
+    return a == b
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_the_trainer_gives_the_numbers_it_gave_before_its_split(corpus, tmp_path, name):
+    """Every number of the trainer before it was split into step, ladder and records
+    (``tests/golden/train.json``, written by the code of commit "golden numbers"
+    with ``python tests/test_train.py --write``): records, callbacks and final weights, exact."""
+    kept = json.loads(GOLDEN.read_text())
+    if kept["env"] != golden_env():
+        pytest.skip(f"the kept numbers are from {kept['env']}, this is {golden_env()}: other kernels, other numbers")
+    got = json.loads(json.dumps(_run_case(name, corpus, tmp_path), default=str))
+    want = kept["cases"][name]
+    assert len(got["records"]) == len(want["records"])
+    for g, w in zip(got["records"], want["records"]):
+        wrong = {k: (g.get(k), w.get(k)) for k in w.keys() | g.keys() if not _exact(g.get(k), w.get(k))}
+        assert not wrong, wrong
+    assert _exact(got["callbacks"], want["callbacks"]) and got["weights"] == want["weights"]
+
+
+if __name__ == "__main__":  # PYTHONPATH=$PWD:tests python tests/test_train.py --write
+    import tempfile
+
+    from searchmaps.data import load_corpus
+
+    assert sys.argv[1:] == ["--write"], "usage: python tests/test_train.py --write"
+    stdlib = load_corpus("stdlib")
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = {name: _run_case(name, stdlib, Path(tmp)) for name in CASES}
+    GOLDEN.parent.mkdir(exist_ok=True)
+    GOLDEN.write_text(json.dumps({"env": golden_env(), "cases": cases}, indent=1, default=str) + "\n")

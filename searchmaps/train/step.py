@@ -1,0 +1,155 @@
+"""One optimizer step and the checks that stop a training that has failed.
+
+A step knows a model, its optimizer and how it runs (device, precision, gradient clip);
+it does not know the schedule, the horizon or the ladder: the caller gives it the step's
+number, batch and learning rate, and the training losses just before it.
+
+Divergence: after warm-up, a run whose training loss (mean of the last
+:data:`DIVERGENCE_WINDOW` steps) or validation loss exceeds the loss of predicting every
+token uniformly, ``ln V``, by more than :data:`DIVERGENCE_MARGIN` nats has learned less
+than nothing; it stops (:class:`Stop`) and is recorded as failed, never ranked.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from ..config import TrialSpec
+from ..model import LoopedLM
+from ..results import Status
+
+DIVERGENCE_MARGIN = 1.0  # nats above ln(vocab size)
+DIVERGENCE_WINDOW = 10  # training steps averaged for the divergence check
+
+
+class Stop(Exception):
+    """The training ends here: ``failed`` (a non-finite or diverged loss) or ``pruned``
+    (a validation callback stopped it), with the reason its record gives."""
+
+    def __init__(self, status: Status, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The divergence checks of a model with ``vocab_size`` tokens whose warm-up is
+    ``warmup`` steps (no divergence is called inside it)."""
+
+    vocab_size: int
+    warmup: int
+
+    @property
+    def limit(self) -> float:
+        """``ln V`` + :data:`DIVERGENCE_MARGIN`: a loss above it is worse than uniform."""
+        return math.log(self.vocab_size) + DIVERGENCE_MARGIN
+
+    def train_loss(self, step: int, recent: Sequence[float]) -> None:
+        """Raise :class:`Stop` when step ``step``'s loss (``recent[-1]``) is not finite, or
+        after warm-up when the mean of ``recent`` (the last :data:`DIVERGENCE_WINDOW`
+        losses, once there are that many) is above :attr:`limit`."""
+        if not math.isfinite(recent[-1]):
+            raise Stop(Status.FAILED, f"non-finite training loss ({recent[-1]}) at step {step}")
+        if step > self.warmup and len(recent) == DIVERGENCE_WINDOW and sum(recent) / len(recent) > self.limit:
+            raise Stop(Status.FAILED, (
+                f"diverged: training loss {sum(recent) / len(recent):.3g} at step {step} is above "
+                f"ln(vocab) + {DIVERGENCE_MARGIN:g} = {self.limit:.3g}, worse than predicting uniformly"))
+
+    def val_loss(self, step: int, loss: float) -> None:
+        """Raise :class:`Stop` when the validation loss after step ``step`` is not finite,
+        or above :attr:`limit` after warm-up."""
+        if not math.isfinite(loss):
+            raise Stop(Status.FAILED, f"non-finite validation loss at step {step}")
+        if step > self.warmup and loss > self.limit:
+            raise Stop(Status.FAILED, (
+                f"diverged: validation loss {loss:.3g} at step {step} is above "
+                f"ln(vocab) + {DIVERGENCE_MARGIN:g} = {self.limit:.3g}, worse than predicting uniformly"))
+
+
+class TrainStep:
+    """One optimizer step of ``model``: forward under ``precision``, the loss checked by
+    ``guard`` before any update, backward, gradients clipped to ``grad_clip`` (global
+    norm), AdamW step."""
+
+    def __init__(self, model: LoopedLM, opt: torch.optim.Optimizer, guard: Guard, device: str, precision: str,
+                 grad_clip: float):
+        self.model, self.opt, self.guard = model, opt, guard
+        self.device, self.precision, self.grad_clip = device, precision, grad_clip
+
+    def __call__(self, step: int, batch, lr: float, before: Sequence[float] = (), reuse=None) -> float:
+        """Run step ``step`` (1-based) on ``batch`` (``x, y`` token ids) at learning rate
+        ``lr`` and return its training loss. ``before``: the losses of the steps before it
+        (the divergence check reads the last :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the
+        map to run (None: the model's own). Raises :class:`Stop`, the weights untouched,
+        when the loss is non-finite or the run has diverged."""
+        x, y = (t.to(self.device, non_blocking=True) for t in batch)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        with autocast(self.device, self.precision):
+            _, loss = self.model(x, y, reuse)
+        value = loss.item()
+        self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip, foreach=True)
+        self.opt.step()
+        return value
+
+
+def autocast(device: str, precision: str):
+    """bf16 autocast for ``precision`` bf16, else nothing."""
+    if precision == "bf16":
+        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+@torch.no_grad()
+def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
+    """Mean validation cross-entropy (nats per token) over fixed batches."""
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        with autocast(device, precision):
+            _, loss = model(x, y)
+        total += loss.item() * y.numel()
+        count += y.numel()
+    model.train()
+    return total / count
+
+
+def make_optimizer(model: LoopedLM, spec: TrialSpec) -> torch.optim.AdamW:
+    """AdamW; weight decay on matrices and embeddings only, not on norm gains."""
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    t = spec.train
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=t.lr,
+        betas=(t.beta1, t.beta2),
+        fused=True,
+    )
+
+
+def compile_layers(model: LoopedLM) -> None:
+    """Compile each decoder layer in place. Layers share code and shapes, so one
+    compile per process serves every layer, every repeat and every map; compiling the
+    whole model instead would unroll the map and recompile for each candidate."""
+    import torch._dynamo
+
+    # a long-lived search worker sees several PEs / precisions / train-eval modes;
+    # never fall back to eager silently (that would change the numbers)
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    with warnings.catch_warnings():
+        # the first compile imports inductor, which imports torch.utils.mkldnn, whose class bodies
+        # use torch.jit.script_method and warn that it is deprecated: torch's own code, nothing to act on
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.script_method` is deprecated",
+                                category=DeprecationWarning)
+        for layer in model.layers:
+            layer.compile(dynamic=False)
