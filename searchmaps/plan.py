@@ -18,6 +18,7 @@ import numpy as np
 from . import flops
 from .config import (POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, folder_name_problem,
                      parse_planned)
+from .encodings import ENCODINGS
 from .results import atomic_write_text
 from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
@@ -72,9 +73,9 @@ class SearchPlan:
         for pe in pes:
             if pe not in POSITIONAL_ENCODINGS:
                 raise ConfigError(f"--pe must list {', '.join(POSITIONAL_ENCODINGS)}, got {pe!r}")
-            if pe == "learned" and self.space.model.seq_len > self.space.model.max_positions:
-                raise ConfigError(f"--seq-len {self.space.model.seq_len} exceeds the learned position table "
-                                  f"(--max-positions {self.space.model.max_positions})")
+            problem = ENCODINGS[pe].problem(self.space.model)  # e.g. learned: --seq-len past its table
+            if problem:
+                raise ConfigError(problem)
         if len(set(pes)) != len(pes):
             raise ConfigError(f"--pe lists an encoding twice: {','.join(pes)}")
         set_("pes", pes)

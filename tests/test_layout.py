@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "topgroup",
+ORDER = ["encodings", "config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "topgroup",
          "racing", "stability",
          "train", "supernet", "scheduler", "ledger", "plan", "report.sentences", "report.figures", "report.summary",
          "report.page", "report.horizons", "report.tuning", "report.supernet", "report.write", "report", "study", "driver", "executor", "cli", "train.__main__",
