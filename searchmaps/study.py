@@ -27,6 +27,7 @@ from . import faults
 from .config import Candidate, ConfigError, ReuseMap
 from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
+from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
 
 # what a storage or a study folder that fails mid-search raises (disk full, database down), here
@@ -133,15 +134,12 @@ def suggest_candidate(trial: optuna.Trial, plan: SearchPlan) -> Candidate:
 
 
 def make_sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
+    """The plan's sampler as Optuna's (:data:`searchmaps.samplers.SAMPLERS` says how)."""
     with warnings.catch_warnings():
-        # constant_liar and multivariate are flagged experimental; they are what lets
-        # parallel workers propose different maps, and the choice is deliberate
+        # options some samplers use (TPE's constant_liar, multivariate) are flagged experimental;
+        # the choice is deliberate
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if plan.sampler == "tpe":
-            return optuna.samplers.TPESampler(seed=plan.search_seed, constant_liar=True, multivariate=True)
-        if plan.sampler == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=plan.search_seed)
-    return optuna.samplers.RandomSampler(seed=plan.search_seed)  # grid and random open their own trials
+        return SAMPLERS[plan.sampler].optuna(optuna.samplers, plan.search_seed)
 
 
 # --------------------------------------------------------------------------- the study
