@@ -25,7 +25,7 @@ from optuna.trial import TrialState
 
 from . import faults
 from .config import Candidate, ConfigError, ReuseMap
-from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
+from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
 from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
@@ -212,7 +212,7 @@ class SearchStudy:
         """The candidate's RUNNING trial, opened if it has none (or its old one was closed
         when its driver stopped). None once the candidate is told."""
         entry = self.ledger.entry(cand.label)
-        if entry is not None and entry.state != "open":
+        if entry is not None and entry.state != CandidateState.OPEN:
             return entry.trial_number
         if entry is not None and entry.trial_number is not None and self.state(entry.trial_number) == TrialState.RUNNING:
             return entry.trial_number
@@ -279,7 +279,7 @@ class SearchStudy:
             return
         number = entry.trial_number
         if self.state(number) != TrialState.RUNNING:
-            if entry.state != "open":  # told: its values are in
+            if entry.state != CandidateState.OPEN:  # told: its values are in
                 return
             number = self.open(event.candidate)  # closed while its driver was away: the value goes to the new one
             if number is None or self.state(number) != TrialState.RUNNING:
@@ -394,7 +394,7 @@ class SearchStudy:
                 self._close(t.number, TrialState.FAIL, "abandoned: its driver stopped before the trial was "
                                                        "registered; its candidate is opened again if needed")
                 closed += 1
-            elif e.state == "open" and e.candidate not in busy and e.driver not in live:
+            elif e.state == CandidateState.OPEN and e.candidate not in busy and e.driver not in live:
                 self._close(t.number, TrialState.FAIL, "interrupted: no driver is running this candidate; "
                                                        "run the same command again to resume it")
                 closed += 1
