@@ -21,7 +21,6 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .encodings import alibi_slopes  # noqa: F401 - the model's public face for the slopes
 
 # --------------------------------------------------------------------------- layers
 

@@ -10,10 +10,10 @@ import math
 import pytest
 import sqlalchemy as sa
 
+from searchmaps.config import Candidate, ReuseMap
 from searchmaps.ledger import CandidateState, Ledger, candidates
 from searchmaps.results import COLUMNS, ResultsError, Role, RunRecord, RunsFile, Status, read_runs
 from searchmaps.scheduler import Unit
-from searchmaps.config import Candidate, ReuseMap
 
 
 def record(role) -> RunRecord:
