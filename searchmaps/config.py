@@ -15,7 +15,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]
+from .encodings import ENCODINGS, Encoding
+
+PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]  # searchmaps.encodings: one class each
 Residual = Literal["prenorm", "deeploop", "depth-mup"]
 Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
@@ -239,17 +241,13 @@ class ModelConfig:
             raise ConfigError(
                 f"--d-model {self.d_model} is not divisible by --heads {self.n_heads}"
             )
-        if self.pe == "rope" and self.head_dim % 2:
-            raise ConfigError(f"--pe rope needs an even head size; --d-model/--heads = {self.head_dim}")
         if self.pe not in POSITIONAL_ENCODINGS:
             raise ConfigError(f"--pe must be one of {', '.join(POSITIONAL_ENCODINGS)}, got {self.pe!r}")
+        problem = self.encoding.problem(self)
+        if problem:
+            raise ConfigError(problem)
         if self.residual not in RESIDUALS:
             raise ConfigError(f"--residual must be one of {', '.join(RESIDUALS)}, got {self.residual!r}")
-        if self.pe == "learned" and self.seq_len > self.max_positions:
-            raise ConfigError(
-                f"--seq-len {self.seq_len} exceeds the learned position table "
-                f"(--max-positions {self.max_positions})"
-            )
         if not isinstance(self.reuse, ReuseMap):
             raise ConfigError("--map: expected a ReuseMap")
         if self.reuse.n_layers != self.n_layers:
@@ -260,6 +258,11 @@ class ModelConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def encoding(self) -> Encoding:
+        """The positional encoding ``pe`` names (:mod:`searchmaps.encodings`)."""
+        return ENCODINGS[self.pe]
 
     def with_map(self, reuse: ReuseMap | str) -> "ModelConfig":
         if isinstance(reuse, str):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from . import faults
 from .ledger import HEARTBEAT_S, Ledger, StorageFault, storage_fault
 from .plan import SearchPlan
-from .results import RunRecord, RunsFile, Status, failed_record
+from .results import Role, RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 from .study import STORAGE_ERRORS, SearchStudy
 
@@ -163,7 +163,7 @@ class Driver:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
         and record, and (promotion) the saved state to continue from and to save."""
         plan = self.plan
-        tuning = unit.role == "tuning"  # a tuning run trains the first horizon only
+        tuning = unit.role == Role.TUNING  # a tuning run trains the first horizon only
         job = {"spec": self.spec(unit).to_dict(), "vocab_size": plan.vocab_size, "unit": unit.key,
                "seed": unit.seed, "horizons": None if tuning else list(plan.ladder) or None, "first": unit.first,
                "last": unit.last, "record": self.scheduler.needed(unit)}

@@ -4,7 +4,8 @@ Conventions:
 - a multiply-add is 2 FLOPs; only matrix products are counted (QKV, attention
   output, SwiGLU, LM head, attention scores and values), as
   ``torch.utils.flop_counter.FlopCounterMode`` counts them; norms, softmax, RoPE
-  and the residual adds are left out (< 1 % at these sizes);
+  and the residual adds are left out (< 1 % at these sizes); a positional encoding
+  adds what its ``flops_per_token`` says (:mod:`searchmaps.encodings`);
 - causal attention is counted in FULL: scores and values cost 2*T*d FLOPs each
   per token at context T, as if no position were masked (FlopCounterMode and the
   Kaplan et al. convention; real kernels may skip up to half of it);
@@ -37,8 +38,10 @@ def head_flops_per_token(cfg: ModelConfig) -> int:
 
 
 def flops_per_token(cfg: ModelConfig) -> int:
-    """Forward FLOPs per token of the whole model under its reuse map."""
-    return cfg.reuse.applied_layers * layer_flops_per_token(cfg) + head_flops_per_token(cfg)
+    """Forward FLOPs per token of the whole model under its reuse map, with what its
+    positional encoding adds."""
+    return (cfg.reuse.applied_layers * layer_flops_per_token(cfg) + head_flops_per_token(cfg)
+            + cfg.encoding.flops_per_token(cfg))
 
 
 def train_flops_per_token(cfg: ModelConfig) -> int:
@@ -56,5 +59,4 @@ def param_count(cfg: ModelConfig) -> int:
     """Trainable parameters (tied embeddings counted once); independent of the map."""
     d, h = cfg.d_model, cfg.ffn_hidden
     per_layer = 3 * d * d + d * d + 2 * d * h + h * d + 2 * d  # + two RMSNorm gains
-    pos = cfg.max_positions * d if cfg.pe == "learned" else 0
-    return cfg.vocab_size * d + pos + cfg.n_layers * per_layer + d
+    return cfg.vocab_size * d + cfg.encoding.params(cfg) + cfg.n_layers * per_layer + d

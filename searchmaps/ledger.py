@@ -23,6 +23,7 @@ instead of failing; PostgreSQL (``pip install -e .[postgres]``) serves many mach
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 import time
@@ -77,7 +78,7 @@ candidates = sa.Table(
     sa.Column("study", sa.String(255), primary_key=True),
     sa.Column("candidate", sa.String(255), primary_key=True),
     sa.Column("trial_number", sa.Integer, nullable=True),
-    sa.Column("state", sa.String(16), nullable=False),  # open | telling | told
+    sa.Column("state", sa.String(16), nullable=False),  # a CandidateState
     sa.Column("driver", sa.String(96), nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
 )
@@ -216,12 +217,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+class CandidateState(enum.StrEnum):
+    """Where a candidate's Optuna trial stands (a str: it is stored and compares as its value)."""
+
+    OPEN = "open"  # registered; its trial waits for its result
+    TELLING = "telling"  # one driver took the right to tell it
+    TOLD = "told"  # its trial has its result
+
+
 @dataclass(frozen=True)
 class CandidateEntry:
     candidate: str
     trial_number: int | None
-    state: str
+    state: CandidateState
     driver: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", CandidateState(self.state))
 
 
 class Ledger:
@@ -411,9 +423,9 @@ class Ledger:
                     if n >= cap:
                         return None
                 conn.execute(candidates.insert().values(study=self.study, candidate=candidate,
-                                                        trial_number=trial_number, state="open",
+                                                        trial_number=trial_number, state=CandidateState.OPEN,
                                                         driver=self.driver_id, updated_at=time.time()))
-            return CandidateEntry(candidate, trial_number, "open", self.driver_id)
+            return CandidateEntry(candidate, trial_number, CandidateState.OPEN, self.driver_id)
         except sa.exc.IntegrityError:
             return self.entry(candidate)
 
@@ -424,7 +436,7 @@ class Ledger:
             return conn.execute(candidates.update().where(
                 candidates.c.study == self.study, candidates.c.candidate == candidate,
                 candidates.c.trial_number == old if old is not None else candidates.c.trial_number.is_(None),
-                candidates.c.state == "open").values(trial_number=new, driver=self.driver_id,
+                candidates.c.state == CandidateState.OPEN).values(trial_number=new, driver=self.driver_id,
                                                      updated_at=time.time())).rowcount == 1
 
     def begin_tell(self, candidate: str) -> bool:
@@ -433,20 +445,20 @@ class Ledger:
         with self.engine.begin() as conn:
             if conn.execute(candidates.update().where(
                     candidates.c.study == self.study, candidates.c.candidate == candidate,
-                    candidates.c.state == "open").values(state="telling", driver=self.driver_id,
-                                                         updated_at=time.time())).rowcount == 1:
+                    candidates.c.state == CandidateState.OPEN).values(
+                    state=CandidateState.TELLING, driver=self.driver_id, updated_at=time.time())).rowcount == 1:
                 return True
         e = self.entry(candidate)
-        if e is None or e.state != "telling" or e.driver in self.live_drivers():
+        if e is None or e.state != CandidateState.TELLING or e.driver in self.live_drivers():
             return False
         with self.engine.begin() as conn:
             return conn.execute(candidates.update().where(
                 candidates.c.study == self.study, candidates.c.candidate == candidate,
-                candidates.c.state == "telling", candidates.c.driver == e.driver).values(
+                candidates.c.state == CandidateState.TELLING, candidates.c.driver == e.driver).values(
                 driver=self.driver_id, updated_at=time.time())).rowcount == 1
 
     def end_tell(self, candidate: str, trial_number: int | None = None) -> None:
-        values = {"state": "told", "updated_at": time.time()}
+        values = {"state": CandidateState.TOLD, "updated_at": time.time()}
         if trial_number is not None:
             values["trial_number"] = trial_number
         with self.engine.begin() as conn:

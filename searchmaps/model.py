@@ -1,5 +1,7 @@
-"""The looped decoder, read top-down: norm -> positional encodings -> attention ->
-SwiGLU -> Block -> LoopedLM.
+"""The looped decoder, read top-down: attention -> SwiGLU -> Block -> LoopedLM. The
+positional encoding is the config's :class:`~searchmaps.encodings.Encoding`: the model asks
+it for its parameters, the embedding, the positions every layer takes, and how attention
+uses them.
 
 A LLaMA-style pre-norm decoder (RMSNorm, causal attention, SwiGLU, tied embeddings)
 whose layers are applied according to a :class:`~searchmaps.config.ReuseMap`:
@@ -20,47 +22,6 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 
-# --------------------------------------------------------------------------- positions
-
-
-def rope_tables(seq_len: int, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape (seq_len, head_dim // 2) for rotary embeddings."""
-    inv_freq = 1.0 / theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)
-    angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), inv_freq)
-    return angles.cos().float(), angles.sin().float()
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate pairs (x[..., :h/2], x[..., h/2:]) of x (B, nh, T, hs) by position."""
-    x1, x2 = x.chunk(2, dim=-1)
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
-
-
-def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """The ALiBi paper's head slopes: a geometric sequence 2^(-8/n) ... for a power of
-    two, and the interleaved extension from its reference code otherwise."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-(2.0 ** -(math.log2(n) - 3)))
-        return [start * start**i for i in range(n)]
-
-    if math.log2(n_heads).is_integer():
-        return torch.tensor(power_of_two(n_heads))
-    closest = 2 ** math.floor(math.log2(n_heads))
-    extra = power_of_two(2 * closest)[0::2][: n_heads - closest]
-    return torch.tensor(power_of_two(closest) + extra)
-
-
-def alibi_bias(n_heads: int, seq_len: int) -> torch.Tensor:
-    """Additive attention bias (1, nh, T, T): -slope * distance, -inf above the diagonal."""
-    pos = torch.arange(seq_len)
-    distance = (pos[:, None] - pos[None, :]).float()  # i - j
-    bias = -alibi_slopes(n_heads)[:, None, None] * distance
-    bias = bias.masked_fill(distance < 0, float("-inf"))
-    return bias.unsqueeze(0)
-
-
 # --------------------------------------------------------------------------- layers
 
 
@@ -68,21 +29,23 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.encoding = cfg.encoding
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, rope=None, bias=None):
+    def forward(self, x, pos=()):
+        """``pos``: the encoding's positions for this pass; a layer called without them
+        (a probe, a test) attends causally with no positional information."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_heads, -1).transpose(1, 2)
         v = v.view(B, T, self.n_heads, -1).transpose(1, 2)
-        if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if bias is None:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if pos:
+            q, k = self.encoding.qk(q, k, pos)
+            y = self.encoding.attend(q, k, v, pos)
         else:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         y = y.transpose(1, 2).reshape(B, T, C)
         return self.proj(y)
 
@@ -116,14 +79,14 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, rope=None, bias=None):
+    def forward(self, x, pos=()):
         if self.postnorm:
-            x = self.norm1(self.alpha * x + self.attn(x, rope, bias))
+            x = self.norm1(self.alpha * x + self.attn(x, pos))
             return self.norm2(self.alpha * x + self.mlp(x))
         if self.branch != 1.0:
-            x = x + self.branch * self.attn(self.norm1(x), rope, bias)
+            x = x + self.branch * self.attn(self.norm1(x), pos)
             return x + self.branch * self.mlp(self.norm2(x))
-        x = x + self.attn(self.norm1(x), rope, bias)
+        x = x + self.attn(self.norm1(x), pos)
         return x + self.mlp(self.norm2(x))
 
 
@@ -134,19 +97,13 @@ class LoopedLM(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
+        self.encoding = cfg.encoding
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
-        self.pos_emb = nn.Embedding(cfg.max_positions, cfg.d_model) if cfg.pe == "learned" else None
+        self.encoding.build(self, cfg)  # its parameters right after the token embedding's
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm_f = nn.RMSNorm(cfg.d_model, eps=1e-6)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # tied
-
-        if cfg.pe == "rope":
-            cos, sin = rope_tables(cfg.seq_len, cfg.head_dim, cfg.rope_theta)
-            self.register_buffer("rope_cos", cos, persistent=False)
-            self.register_buffer("rope_sin", sin, persistent=False)
-        if cfg.pe == "alibi":
-            self.register_buffer("alibi", alibi_bias(cfg.n_heads, cfg.seq_len), persistent=False)
         self._init_weights()
 
     def _init_weights(self) -> None:
@@ -174,18 +131,14 @@ class LoopedLM(nn.Module):
         return sum(p.numel() for p in self.parameters())
 
     def embed(self, idx: torch.Tensor):
-        """The input side: token (and learned position) embedding e (B, T, d), and the
-        positional tables every layer call takes (rope, bias)."""
+        """The input side: the embedding e (B, T, d) with the encoding's part added (a
+        learned position), and the positions every layer call takes (a tuple of tensors)."""
         B, T = idx.shape
         cfg = self.cfg
         if T > cfg.seq_len:
             raise ValueError(f"sequence of {T} tokens exceeds seq_len {cfg.seq_len}")
-        e = self.tok_emb(idx)  # (B, T, d)
-        if self.pos_emb is not None:
-            e = e + self.pos_emb.weight[:T]
-        rope = (self.rope_cos[:T], self.rope_sin[:T]) if cfg.pe == "rope" else None
-        bias = self.alibi[:, :, :T, :T] if cfg.pe == "alibi" else None
-        return e, rope, bias
+        e = self.encoding.embed(self, self.tok_emb(idx))  # (B, T, d)
+        return e, self.encoding.positions(self, T)
 
     def head(self, x: torch.Tensor, targets: torch.Tensor | None = None):
         """The output side: (logits (B, T, vocab), mean cross-entropy in nats or None)."""
@@ -204,12 +157,12 @@ class LoopedLM(nn.Module):
         if reuse is not None and reuse != cfg.reuse and cfg.residual != "prenorm":
             raise ValueError(f"--residual {cfg.residual} scales by the map's depth: it cannot run another map")
         reuse = cfg.reuse if reuse is None else reuse
-        e, rope, bias = self.embed(idx)
+        e, pos = self.embed(idx)
         x = e
         for k in range(reuse.block):
             if k > 0:
                 x = x + e  # block recurrence re-injects the input embedding
             for layer, r in zip(self.layers, reuse.repeats):
                 for _ in range(r):
-                    x = layer(x, rope, bias)
+                    x = layer(x, pos)
         return self.head(x, targets)

@@ -13,26 +13,23 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
-import numpy as np
-
 from . import flops
 from .config import (POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, folder_name_problem,
                      parse_planned)
+from .encodings import ENCODINGS
 from .results import atomic_write_text
+from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
 from .schedule import make_ladder, plan_steps, with_horizon
-from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops, sample_feasible
+from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops
 from .topgroup import DEFAULT_RULE, RULES
 
-SAMPLERS = ("auto", "grid", "random", "tpe", "nsga2")
-GRID_AUTO_LIMIT = 32  # auto: every feasible candidate up to this many, a uniform sample beyond
-DEFAULT_TRIALS = 32  # candidates a random or optimiser search trains unless --trials says otherwise
 
 
 @dataclass(frozen=True)
 class SearchPlan:
     """Everything a search needs, resolved from flags or written in a notebook. Empty
     ``pes`` and ``seeds=None`` take the space's; ``sampler="auto"`` takes ``grid`` up to
-    :data:`GRID_AUTO_LIMIT` candidates, else ``random``."""
+    :data:`~searchmaps.samplers.GRID_AUTO_LIMIT` candidates, else ``random``."""
 
     space: Space
     budget_flops: float
@@ -40,7 +37,7 @@ class SearchPlan:
     results_dir: Path = Path("results")
     pes: tuple[str, ...] = ()
     seeds: int | None = None
-    sampler: str = "auto"
+    sampler: str = AUTO  # a name in searchmaps.samplers.SAMPLERS, or auto
     trials: int | None = None
     storage: str | None = None
     workers: int = 2
@@ -72,9 +69,9 @@ class SearchPlan:
         for pe in pes:
             if pe not in POSITIONAL_ENCODINGS:
                 raise ConfigError(f"--pe must list {', '.join(POSITIONAL_ENCODINGS)}, got {pe!r}")
-            if pe == "learned" and self.space.model.seq_len > self.space.model.max_positions:
-                raise ConfigError(f"--seq-len {self.space.model.seq_len} exceeds the learned position table "
-                                  f"(--max-positions {self.space.model.max_positions})")
+            problem = ENCODINGS[pe].problem(self.space.model)  # e.g. learned: --seq-len past its table
+            if problem:
+                raise ConfigError(problem)
         if len(set(pes)) != len(pes):
             raise ConfigError(f"--pe lists an encoding twice: {','.join(pes)}")
         set_("pes", pes)
@@ -93,21 +90,21 @@ class SearchPlan:
         if self.budget_flops < cheap_flops:
             raise ConfigError(f"--budget-flops {self.budget_flops:.4g} is below the cheapest map of "
                               f"{self.space.name} ({cheap_map}: {cheap_flops:.4g} FLOPs/token); raise it")
-        if self.sampler not in SAMPLERS:
-            raise ConfigError(f"--sampler must be one of {', '.join(SAMPLERS)}, got {self.sampler!r}")
+        if self.sampler not in SAMPLER_CHOICES:
+            raise ConfigError(f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {self.sampler!r}")
         if self.maps:
             bad = [str(m) for m in self.maps if not self.feasible(Candidate(m, pes[0]))]
             if bad:
                 raise ConfigError(f"--maps: {', '.join(bad)} not in the space {self.space.name} within the budget")
             set_("maps", tuple(dict.fromkeys(self.maps)))
             set_("sampler", "grid")
-        if self.sampler == "auto":
-            set_("sampler", "grid" if self.n_feasible * len(pes) <= GRID_AUTO_LIMIT else "random")
+        if self.sampler == AUTO:
+            set_("sampler", resolve_auto(self.n_feasible * len(pes)))
         if not 0 < self.alpha < 1:
             raise ConfigError(f"--alpha must be between 0 and 1, got {self.alpha}")
         if self.racing:
-            if self.sampler not in ("grid", "random"):
-                raise ConfigError(f"--racing needs a fixed candidate list: use --sampler grid or random, "
+            if not SAMPLERS[self.sampler].fixed:
+                raise ConfigError(f"--racing needs a fixed candidate list: use --sampler {fixed_names()}, "
                                   f"not {self.sampler}")
             if not 2 <= self.race_start_seeds <= seeds:
                 raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), "
@@ -139,8 +136,8 @@ class SearchPlan:
             if len(self.ladder) < 2:
                 raise ConfigError("--promote needs a horizon ladder: give --tokens (or --train-flops) as a comma "
                                   "list, e.g. --tokens 3e5,1.2e6,4.8e6 --schedule wsd")
-            if self.racing or self.sampler not in ("grid", "random"):
-                raise ConfigError("--promote needs a fixed candidate list (--sampler grid or random) and no --racing")
+            if self.racing or not SAMPLERS[self.sampler].fixed:
+                raise ConfigError(f"--promote needs a fixed candidate list (--sampler {fixed_names()}) and no --racing")
         set_("planned", tuple(self.planned))
         self.check_planned()
 
@@ -155,17 +152,8 @@ class SearchPlan:
     def candidates(self) -> tuple[Candidate, ...] | None:
         """The fixed list a grid or random search walks through, in order; None for the
         optimisers (tpe, nsga2), whose candidates come from the sampler one by one."""
-        if self.sampler == "grid":
-            maps = list(self.maps) or feasible_maps(self.space, self.budget_flops)
-            cands = [Candidate(m, pe) for pe in self.pes for m in maps]
-            return tuple(cands[: self.trials] if self.trials else cands)
-        if self.sampler == "random":
-            # the same sampled maps under every PE, so PEs are compared on equal maps
-            n = self.trials or DEFAULT_TRIALS
-            rng = np.random.default_rng(self.search_seed)
-            maps = sample_feasible(self.space, self.budget_flops, math.ceil(n / len(self.pes)), rng)
-            return tuple([Candidate(m, pe) for m in maps for pe in self.pes][:n])
-        return None
+        sampler = SAMPLERS[self.sampler]
+        return sampler.candidates(self) if sampler.fixed else None
 
     @property
     def max_candidates(self) -> int:

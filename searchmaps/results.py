@@ -46,6 +46,13 @@ class Status(str, enum.Enum):
         return self.value
 
 
+class Role(enum.StrEnum):
+    """What a row is for (a str: it compares equal to and is written as its value)."""
+
+    EVAL = "eval"  # the rows the statistics use
+    TUNING = "tuning"  # a learning-rate tuning run, on seeds never used for evaluation
+
+
 class ResultsError(ConfigError):
     """A ``runs.csv`` the tool cannot read; the message names the file, line and column."""
 
@@ -70,7 +77,7 @@ class RunRecord:
     in seconds. ``config`` is the full flattened :class:`~searchmaps.config.TrialSpec`
     (``model.*``, ``train.*``, ``seed``, ``data``, ...), so a row is self-describing.
     ``rung`` is the index of the row's horizon in the study's ladder (0 without one);
-    ``role`` is ``eval`` for rows the statistics use.
+    ``role`` (:class:`Role`) is ``eval`` for rows the statistics use.
     """
 
     run_id: str
@@ -81,7 +88,7 @@ class RunRecord:
     config_hash: str
     study: str = ""
     error: str = ""
-    role: str = "eval"
+    role: Role = Role.EVAL
     horizon: str = "tokens"  # the protocol: "tokens" or "train_flops"
     horizon_target: float = _NAN  # this row's horizon: its tokens, or its training FLOPs
     rung: int = 0
@@ -111,6 +118,7 @@ class RunRecord:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
+        object.__setattr__(self, "role", Role(self.role))
 
     @property
     def candidate(self) -> Candidate:
@@ -133,7 +141,7 @@ class RunRecord:
 
     def to_json(self) -> str:
         d = dataclasses.asdict(self)
-        d["status"] = self.status.value
+        d["status"], d["role"] = self.status.value, self.role.value
         d["curve"] = list(self.curve)
         d["config"] = dict(self.config)
         return json.dumps(d, default=str)
@@ -154,7 +162,7 @@ class RunRecord:
                 row[name] = json.dumps(list(self.curve))
             else:
                 v = getattr(self, name)
-                row[name] = v.value if isinstance(v, Status) else v
+                row[name] = v.value if isinstance(v, enum.Enum) else v
         row.update({f"config.{k}": v for k, v in self.config.items()})
         return row
 
@@ -257,6 +265,8 @@ def parse_row(row: Mapping[str, str], where: str) -> RunRecord:
         kw["status"] = Status(kw["status"])
     except ValueError:
         raise ResultsError(f"{where}: unknown status {kw['status']!r}") from None
+    if kw.get("role", Role.EVAL) not in tuple(Role):
+        raise ResultsError(f"{where}: unknown role {kw['role']!r} (one of {', '.join(Role)})")
     if not kw.get("run_id"):  # files written before run ids: a stable id from the row itself
         kw["run_id"] = "legacy-" + hashlib.sha256(json.dumps(row, sort_keys=True).encode()).hexdigest()[:16]
     kw.setdefault("config_hash", "")
@@ -297,7 +307,7 @@ def read_runs(path) -> list[RunRecord]:
 
 
 def records_frame(records: Iterable[RunRecord]):
-    """Records as a pandas DataFrame: one column per field (``status`` as its string),
+    """Records as a pandas DataFrame: one column per field (``status``, ``role`` as their strings),
     ``candidate`` = the label, ``curve`` as JSON text, ``lr`` the learning rate; the other
     ``config.*`` values left out."""
     import pandas as pd
@@ -306,6 +316,7 @@ def records_frame(records: Iterable[RunRecord]):
     for r in records:
         d = {name: getattr(r, name) for name in COLUMNS if name not in ("candidate", "curve")}
         d["status"] = r.status.value
+        d["role"] = r.role.value
         d["candidate"] = r.label
         d["curve"] = json.dumps(list(r.curve))
         d["lr"] = r.config.get("train.lr", float("nan"))

@@ -24,7 +24,8 @@ from .cli import (Parser, add_model_args, add_runtime_args, add_schedule_args, c
 from .config import POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap
 from .data import DataError, load_corpus
 from .ledger import StorageFault
-from .plan import SAMPLERS, SearchPlan, check_study_name
+from .plan import SearchPlan, check_study_name
+from .samplers import AUTO, SAMPLER_CHOICES
 from .spaces import builtin_spaces, feasible_maps, load_space
 from .topgroup import DEFAULT_RULE, RULES
 
@@ -49,7 +50,7 @@ def build_parser() -> Parser:
     p.add_argument("--pe", default=None,
                    help=f"positional encoding(s), comma-separated: {', '.join(POSITIONAL_ENCODINGS)} (default: the space's)")
     p.add_argument("--seeds", type=int, default=None, help="seeds per candidate (default: the space's)")
-    p.add_argument("--sampler", choices=SAMPLERS, default="auto",
+    p.add_argument("--sampler", choices=SAMPLER_CHOICES, default=AUTO,
                    help="auto: grid when at most 32 candidates fit the budget, else uniform random over the feasible maps")
     p.add_argument("--trials", type=int, default=None,
                    help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from .config import Candidate
-from .results import RunRecord, Status
+from .results import Role, RunRecord, Status
 from .topgroup import DEFAULT_RULE
 
 
@@ -50,13 +50,13 @@ class Unit:
     first: int = 0
     last: int = 0
     lr: float | None = None
-    role: str = "eval"
+    role: Role = Role.EVAL
 
     @property
     def key(self) -> str:
         """The unit's name in the study's claims: ``4,2,1,1|rope#0`` (``@1-1``: rungs 1..1;
         a tuning run: ``4,2,1,1|rope#t10000@lr0.001``)."""
-        if self.role == "tuning":
+        if self.role == Role.TUNING:
             return f"{self.candidate.label}#t{self.seed}@lr{self.lr:g}"
         span = "" if (self.first, self.last) == (0, 0) else f"@{self.first}-{self.last}"
         return f"{self.candidate.label}#{self.seed}{span}"
@@ -174,11 +174,11 @@ class Scheduler:
             if r.run_id in self._seen:
                 continue
             self._seen.add(r.run_id)
-            if r.role == "tuning":
+            if r.role == Role.TUNING:
                 self._add_tuning_row(r)
                 touched.add(r.label)
                 continue
-            if r.role != "eval":
+            if r.role != Role.EVAL:
                 continue
             if r.status is Status.CRASHED:
                 unit = self._unit_of(r.candidate, r.seed, r.rung)
@@ -198,7 +198,7 @@ class Scheduler:
 
     def _add_tuning_row(self, r: RunRecord) -> None:
         lr = float(r.config.get("train.lr"))
-        unit = Unit(r.candidate, r.seed, lr=lr, role="tuning")
+        unit = Unit(r.candidate, r.seed, lr=lr, role=Role.TUNING)
         if r.status is Status.CRASHED:
             self._crashes[unit.key] = self._crashes.get(unit.key, 0) + 1
         else:
@@ -229,12 +229,12 @@ class Scheduler:
 
     def needed(self, unit: Unit) -> list[int]:
         """The rungs of ``unit`` the rows do not hold yet (a resumed ladder trains only those)."""
-        if unit.role == "tuning":
+        if unit.role == Role.TUNING:
             return [] if (unit.candidate.label, unit.lr, unit.seed) in self._tuning else [0]
         return [i for i in unit.rungs if (unit.candidate.label, unit.seed, i) not in self._rows]
 
     def tuning_units(self, cand: Candidate) -> list[Unit]:
-        return [Unit(cand, TUNING_SEED_BASE + t, lr=lr, role="tuning")
+        return [Unit(cand, TUNING_SEED_BASE + t, lr=lr, role=Role.TUNING)
                 for lr in self.lr_grid for t in range(self.tuning_seeds)]
 
     # ------------------------------------------------------------------ units out

@@ -25,8 +25,9 @@ from optuna.trial import TrialState
 
 from . import faults
 from .config import Candidate, ConfigError, ReuseMap
-from .ledger import Ledger, StorageError, describe_db_error, serialise_sqlite
+from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
 from .plan import SearchPlan, resolve_storage
+from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
 
 # what a storage or a study folder that fails mid-search raises (disk full, database down), here
@@ -133,15 +134,12 @@ def suggest_candidate(trial: optuna.Trial, plan: SearchPlan) -> Candidate:
 
 
 def make_sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
+    """The plan's sampler as Optuna's (:data:`searchmaps.samplers.SAMPLERS` says how)."""
     with warnings.catch_warnings():
-        # constant_liar and multivariate are flagged experimental; they are what lets
-        # parallel workers propose different maps, and the choice is deliberate
+        # options some samplers use (TPE's constant_liar, multivariate) are flagged experimental;
+        # the choice is deliberate
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        if plan.sampler == "tpe":
-            return optuna.samplers.TPESampler(seed=plan.search_seed, constant_liar=True, multivariate=True)
-        if plan.sampler == "nsga2":
-            return optuna.samplers.NSGAIISampler(seed=plan.search_seed)
-    return optuna.samplers.RandomSampler(seed=plan.search_seed)  # grid and random open their own trials
+        return SAMPLERS[plan.sampler].optuna(optuna.samplers, plan.search_seed)
 
 
 # --------------------------------------------------------------------------- the study
@@ -214,7 +212,7 @@ class SearchStudy:
         """The candidate's RUNNING trial, opened if it has none (or its old one was closed
         when its driver stopped). None once the candidate is told."""
         entry = self.ledger.entry(cand.label)
-        if entry is not None and entry.state != "open":
+        if entry is not None and entry.state != CandidateState.OPEN:
             return entry.trial_number
         if entry is not None and entry.trial_number is not None and self.state(entry.trial_number) == TrialState.RUNNING:
             return entry.trial_number
@@ -281,7 +279,7 @@ class SearchStudy:
             return
         number = entry.trial_number
         if self.state(number) != TrialState.RUNNING:
-            if entry.state != "open":  # told: its values are in
+            if entry.state != CandidateState.OPEN:  # told: its values are in
                 return
             number = self.open(event.candidate)  # closed while its driver was away: the value goes to the new one
             if number is None or self.state(number) != TrialState.RUNNING:
@@ -396,7 +394,7 @@ class SearchStudy:
                 self._close(t.number, TrialState.FAIL, "abandoned: its driver stopped before the trial was "
                                                        "registered; its candidate is opened again if needed")
                 closed += 1
-            elif e.state == "open" and e.candidate not in busy and e.driver not in live:
+            elif e.state == CandidateState.OPEN and e.candidate not in busy and e.driver not in live:
                 self._close(t.number, TrialState.FAIL, "interrupted: no driver is running this candidate; "
                                                        "run the same command again to resume it")
                 closed += 1

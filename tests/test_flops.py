@@ -6,11 +6,11 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from searchmaps import flops
-from searchmaps.config import ModelConfig
+from searchmaps.config import POSITIONAL_ENCODINGS, ModelConfig
 from searchmaps.model import LoopedLM
 
 MAPS = ["1,1,1,1", "4,2,1,1", "1,1,2,4", "block:2", "block:3"]
-PES = ["nope", "rope", "learned", "alibi"]
+PES = list(POSITIONAL_ENCODINGS)  # every registered encoding (searchmaps.encodings)
 
 
 def counted(cfg: ModelConfig, backward: bool) -> float:

@@ -8,9 +8,9 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "topgroup",
+ORDER = ["encodings", "config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "topgroup",
          "racing", "stability",
-         "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "plan", "report.sentences", "report.figures", "report.summary",
+         "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "samplers", "plan", "report.sentences", "report.figures", "report.summary",
          "report.page", "report.horizons", "report.tuning", "report.supernet", "report.write", "report", "study", "driver", "executor", "cli", "train.__main__",
          "report.__main__", "run", "supernet.__main__"]
 ONLY_HERE = {"ray": {"executor"}, "optuna": {"study"}, "optuna_dashboard": {"study"}}

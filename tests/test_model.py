@@ -6,10 +6,11 @@ import pytest
 import torch
 
 from searchmaps import flops
-from searchmaps.config import ModelConfig
-from searchmaps.model import LoopedLM, alibi_slopes
+from searchmaps.config import POSITIONAL_ENCODINGS, ModelConfig
+from searchmaps.encodings import alibi_slopes
+from searchmaps.model import LoopedLM
 
-PES = ["nope", "rope", "learned", "alibi"]
+PES = list(POSITIONAL_ENCODINGS)  # every registered encoding (searchmaps.encodings)
 MAPS = ["1,1,1,1", "4,2,1,1", "1,3,1,2", "block:2"]
 
 

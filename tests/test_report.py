@@ -488,7 +488,9 @@ def test_every_file_is_replaced_atomically(realistic, tmp_path, monkeypatch):
 def test_the_report_describes_the_last_horizon_of_eval_rows(tmp_path):
     first = study_records({"1,1|rope": [10.0, 10.2, 10.4], "2,1|rope": [9.0, 9.1, 9.3], "1,2|rope": [9.5, 9.6, 9.8]})
     last = study_records({"1,1|rope": [8.0, 8.3, 8.1], "2,1|rope": [8.5, 8.9, 8.6]}, rung=1)
-    tuning = study_records({"1,1|rope": [1.0, 1.0, 1.0]}, rung=1, role="tune")
+    tuning = study_records({"1,1|rope": [1.0, 1.0, 1.0]}, rung=1, role="tuning")
+    with_lr = lambda rows, lr: [r.replace(config={**r.config, "train.lr": lr}) for r in rows]  # noqa: E731
+    first, last, tuning = with_lr(first, 3e-3), with_lr(last, 3e-3), with_lr(tuning, 1e-3)  # as a tuned study writes
     folder = tmp_path / "ladder"
     folder.mkdir()
     RunsFile(folder / "runs.csv").append([*first, *last, *tuning])

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stability
-from ..results import atomic_write_text
+from ..results import Role, atomic_write_text
 from .sentences import fmt_p
 
 
@@ -54,7 +54,8 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
     ``reference`` the baseline whose gaps the fits and trends are judged by;
     ``published_sd`` the seed sd assumed in the published numbers (default: study.json's
     ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`)."""
-    rows = frame[(frame["role"] == "eval") & (frame["status"] == "ok") & np.isfinite(frame["val_loss"].astype(float))]
+    rows = frame[(frame["role"] == Role.EVAL) & (frame["status"] == "ok")
+                 & np.isfinite(frame["val_loss"].astype(float))]
     rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
     if rows["rung"].nunique() < 2:
         return None

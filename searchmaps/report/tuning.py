@@ -10,15 +10,17 @@ import html
 import numpy as np
 import pandas as pd
 
+from ..results import Role
+
 
 def tuning_table(frame: pd.DataFrame) -> pd.DataFrame | None:
     """One row per (candidate, rate): tuning seeds, mean validation loss over them (NaN
     when any failed), failures; ``chosen`` marks the rate the evaluation rows used. None
     for a study without tuning rows."""
-    tune = frame[frame["role"] == "tuning"]
+    tune = frame[frame["role"] == Role.TUNING]
     if tune.empty:
         return None
-    evals = frame[(frame["role"] == "eval") & (frame["status"] != "crashed")]
+    evals = frame[(frame["role"] == Role.EVAL) & (frame["status"] != "crashed")]
     chosen = evals.groupby("candidate")["lr"].agg(lambda x: x.mode().iloc[0] if len(x) else np.nan)
     done = tune[tune["status"] != "crashed"]
     out = done.groupby(["candidate", "lr"]).agg(
@@ -31,8 +33,8 @@ def tuning_table(frame: pd.DataFrame) -> pd.DataFrame | None:
 
 def cost(frame: pd.DataFrame) -> dict:
     """Trainings and wall seconds of the tuning runs against the whole study's."""
-    tune = frame[frame["role"] == "tuning"]
-    evals = frame[frame["role"] == "eval"]
+    tune = frame[frame["role"] == Role.TUNING]
+    evals = frame[frame["role"] == Role.EVAL]
     last = evals[evals["rung"] == evals["rung"].max()] if len(evals) else evals
     spent, total = float(tune["wall_s"].sum()), float(tune["wall_s"].sum() + last["wall_s"].sum())
     return {"trainings": int(len(tune)), "wall_s": spent, "share": spent / total if total else float("nan")}

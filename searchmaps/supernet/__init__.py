@@ -137,7 +137,7 @@ def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec)
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         with autocast(device, precision):
-            e, rope, bias = model.embed(x)
+            e, pos = model.embed(x)
 
             def walk(layer: int, prefix: tuple, h):
                 if layer == n_layers:
@@ -146,7 +146,7 @@ def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec)
                     return
                 wanted = children[prefix]
                 for r in range(1, max(wanted) + 1):
-                    h = model.layers[layer](h, rope, bias)
+                    h = model.layers[layer](h, pos)
                     if r in wanted:
                         walk(layer + 1, prefix + (r,), h)
 
