@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from searchmaps import flops
-from searchmaps.config import ConfigError
+from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError
 from searchmaps.results import Status, perplexity
 from searchmaps.schedule import cooldown_start
 from searchmaps.train import lr_at, plan_steps, train
@@ -39,7 +39,7 @@ def test_record_is_self_describing(corpus):
     assert curve[-1]["val_loss"] == rec.val_loss
 
 
-@pytest.mark.parametrize("pe", ["nope", "rope", "learned", "alibi"])
+@pytest.mark.parametrize("pe", POSITIONAL_ENCODINGS)
 @pytest.mark.parametrize("reuse", ["1,1", "3,1", "block:2"])
 def test_same_seed_same_numbers(corpus, pe, reuse):
     a = train(tiny_spec(reuse, pe, seed=1, tokens=1024), corpus)
