@@ -46,7 +46,8 @@ def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     ``alpha / looks``, looks = max_seeds - min_seeds + 1 (Bonferroni over looks;
     0.02 in the case above); None means a single look at ``alpha``.
 
-    With any other ``rule`` (:data:`searchmaps.topgroup.RULES`; default ``moderated``) a
+    That is the ``holm`` rule's race (a rule that decides by the study's own test). With
+    any other ``rule`` (:data:`searchmaps.topgroup.RULES`; default ``moderated``) a
     candidate is dropped when the rule (at ``alpha / looks``, once every racer has at least
     ``min_seeds`` seeds) leaves it out of the top group; ``moderated`` compares each pair
     over the seeds it shares, the pooled rules over the seeds every racer has.
@@ -66,15 +67,14 @@ def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     level = alpha / looks
     best = best_candidate(mat)
     n_seeds = {str(c): int(v) for c, v in mat.count().items()}
-    topgroup.check_rule(rule)
-    if rule != "holm":
+    if not topgroup.get_rule(rule).study_test:
         order = order_by_mean(mat)
         if min(n_seeds.values(), default=0) < min_seeds or mat.shape[1] < 2:
             return {"survivors": order, "dropped": {}, "best": best, "n_seeds": n_seeds, "family_size": 0,
                     "alpha_per_look": level}
         detail = topgroup.rule_detail(mat, rule, level)
-        keep = set(detail["top_group"])
-        gap, allowance = detail["gap"], detail["allowance"]
+        keep = set(detail.members)
+        gap, allowance = detail.gap, detail.allowance
         dropped = {c: f"gap {gap.get(c, float('nan')):.3g} beyond the {rule} allowance "
                       f"{allowance.get(c, float('nan')):.3g} (alpha {level:.3g} per look)" for c in order if c not in keep}
         return {"survivors": [c for c in order if c in keep], "dropped": dropped, "best": best, "n_seeds": n_seeds,

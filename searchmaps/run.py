@@ -64,8 +64,8 @@ def build_parser() -> Parser:
     p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
     p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
                    help=f"the rule that picks the top group, for racing, promotion and the report (default "
-                        f"{DEFAULT_RULE}: each map against the best on their shared seeds, each pair's noise moderated "
-                        f"towards the others'; calibrated when maps differ in seed noise, benchmarks/README.md)")
+                        f"{DEFAULT_RULE}: {RULES[DEFAULT_RULE].help}; calibrated when maps differ in seed noise, "
+                        f"benchmarks/README.md)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     h = p.add_argument_group("protocol").add_mutually_exclusive_group()
@@ -501,9 +501,9 @@ def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
 
     mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
     detail = rule_detail(mat, rule, alpha)
-    group = detail["top_group"]
+    group = detail.members
     det = detectable_effect(mat, rule, alpha)
-    seeds = (f"each pair over the seeds it shares, up to {detail['n_seeds']}" if rule in ("moderated", "holm")
+    seeds = (f"each pair over the seeds it shares, up to {detail.n_seeds}" if detail.per_pair
              else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
     out = [f"top group ({rule} rule, alpha {alpha:g}, {seeds}): {', '.join(group)}"]
     noise = noise_sentence(noise_check(mat, rule, alpha))

@@ -19,6 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy import optimize, stats
 
+from .topgroup import DEFAULT_RULE
+
 N_BOOT = 2000
 PUBLISHED_SD = 0.25  # assumed seed sd of a published single-seed number (perplexity; see agreement_with)
 MIN_COVERAGE = 0.90  # a bootstrap over seeds whose mean interval would cover less than this is flagged
@@ -114,7 +116,7 @@ def rank_by_rung(df: pd.DataFrame, metric: str = "val_loss", n_boot: int = N_BOO
 
 
 def rank_stability(df: pd.DataFrame, metric: str = "val_loss", top_metric: str = "val_ppl", alpha: float = 0.05,
-                   n_boot: int = N_BOOT, random_state=0, rule: str = "moderated") -> pd.DataFrame:
+                   n_boot: int = N_BOOT, random_state=0, rule: str = DEFAULT_RULE) -> pd.DataFrame:
     """For every pair of rungs: Kendall's tau and Spearman's rho between the candidates'
     mean ``metric`` at the two horizons, each with a 95 % bootstrap interval over seeds
     (one draw of seeds for both rungs), and the overlap of the two top groups
@@ -601,7 +603,7 @@ def _defensible(fit: pd.Series) -> bool:
 # --------------------------------------------------------------------------- a proxy against the truth
 
 
-def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val_loss", rule: str = "moderated",
+def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val_loss", rule: str = DEFAULT_RULE,
                     alpha: float = 0.05, n_boot: int = N_BOOT, random_state=0) -> dict:
     """How far a cheap proxy's ranking (a supernet's scores: ``proxy`` rows of candidate,
     seed, metric, one seed per supernet) can be trusted against stand-alone training

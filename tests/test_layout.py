@@ -8,8 +8,10 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["encodings", "config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats", "topgroup",
-         "racing", "stability",
+ORDER = ["encodings", "config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats",
+         "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
+         "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
+         "topgroup", "racing", "stability",
          "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "samplers", "plan", "report.sentences", "report.figures", "report.summary",
          "report.page", "report.horizons", "report.tuning", "report.supernet", "report.write", "report", "study", "driver", "executor", "cli", "train.__main__",
          "report.__main__", "run", "supernet.__main__"]

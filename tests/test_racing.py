@@ -8,6 +8,7 @@ import pytest
 from helpers import long_rows, se, simulate_race
 
 from searchmaps.racing import race_step
+from searchmaps.topgroup import RULES
 
 # Per seed: "good" = offset, "close" = offset + 0.1 +- 0.3, "bad" = offset + 10 +- 0.01.
 OFFSET = np.array([10.0, 40, 20, 30, 50])
@@ -32,6 +33,19 @@ def test_drops_the_clearly_worse_candidate_and_keeps_the_close_one(rule):
         assert step["family_size"] == 3 and float(step["dropped"]["bad"].split("= ")[1]) < 0.05
     else:
         assert step["dropped"]["bad"].startswith(f"gap 10 beyond the {rule} allowance")  # 10 + (0.01 - 0.1 noise)
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_registered_rule_races(rule):
+    """Ten seeds: "near" and "nearer" 0.1 and 0.15 behind "good" with paired noise 0.3 (each
+    beats it on some seeds), "bad" 10 behind: every rule drops "bad" alone, and says why in
+    its own terms."""
+    a = np.array([1, -1] * 5)
+    x = 10 * np.arange(1, 11)[:, None] + np.column_stack([0 * a, 0.1 + 0.3 * a, 0.15 - 0.3 * a, 10 + 0.01 * a])
+    step = race_step(long_rows(x, ["good", "near", "nearer", "bad"]), rule=rule)
+    assert step["survivors"] == ["good", "near", "nearer"] and list(step["dropped"]) == ["bad"], rule
+    why = "corrected p = " if RULES[rule].study_test else f"beyond the {rule} allowance"
+    assert why in step["dropped"]["bad"]
 
 
 def test_alpha_is_split_over_the_planned_looks():

@@ -7,9 +7,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from searchmaps.topgroup import (DEFAULT_RULE, RULES, detectable_effect, dunnett_critical, fit_f_dist,
-                                 friedman_nemenyi, hsd, mcb, moderated, noise_check, residual_sd, rule_detail,
-                                 seeds_needed, srange_critical, studentized_range_critical, top_group, top_groups)
+from searchmaps.topgroup import (DEFAULT_RULE, RULES, Rule, TopGroup, detectable_effect, dunnett_critical, fit_f_dist,
+                                 noise_check, register, residual_sd, rule_detail, seeds_needed, srange_critical,
+                                 studentized_range_critical, top_group, top_groups, unregister)
 
 
 def matrix(x) -> pd.DataFrame:
@@ -46,17 +46,18 @@ def test_hand_checked_top_groups():
     base = np.array([[10.0, 10.2, 14.0], [11.0, 10.9, 15.1], [9.5, 9.8, 13.4], [10.4, 10.3, 14.6]])
     for rule in ("hsd", "mcb", "holm"):
         assert top_group(matrix(base), rule) == ["c0", "c1"], rule
-    h = hsd(matrix(base))
-    assert h["gap"]["c2"] > h["bound"] > h["gap"]["c1"] and h["dof"] == 6
-    m = mcb(matrix(base))
-    assert m["gap"]["c0"] < 0 and m["bound"] < h["bound"]  # MCB's Dunnett constant is the smaller one
-    ranks = friedman_nemenyi(matrix(base))["mean_rank"]
-    assert ranks == {"c0": 1.5, "c1": 1.5, "c2": 3.0}  # c0 wins seeds 0 and 2, c1 seeds 1 and 3
+    h = rule_detail(matrix(base), "hsd")
+    assert h.gap["c2"] > h.bound > h.gap["c1"] and h.extra["dof"] == 6
+    m = rule_detail(matrix(base), "mcb")
+    assert m.gap["c0"] < 0 and m.bound < h.bound  # MCB's Dunnett constant is the smaller one
+    f = rule_detail(matrix(base), "friedman")
+    assert f.extra["mean_rank"] == {"c0": 1.5, "c1": 1.5, "c2": 3.0}  # c0 wins seeds 0 and 2, c1 seeds 1 and 3
+    assert f.gap == {"c0": 0.0, "c1": 0.0, "c2": 1.5} and f.unit == "mean rank"
 
 
 def test_missing_seeds_are_left_out_and_a_lone_candidate_is_its_own_group():
     x = matrix([[1.0, 2.0], [1.1, np.nan], [0.9, 2.1], [1.0, 2.2]])
-    assert hsd(x)["n_seeds"] == 3
+    assert rule_detail(x, "hsd").n_seeds == 3
     assert top_group(matrix([[1.0], [2.0]]), "hsd") == ["c0"]
 
 
@@ -226,17 +227,17 @@ def test_a_raced_matrix_is_analysed_on_the_survivors_extra_seeds():
     raced.loc[3:, "c2"] = np.nan
     assert top_group(raced.iloc[:3], DEFAULT_RULE) == ["c0", "c1"]  # the seeds every map has
     assert top_group(raced, DEFAULT_RULE) == ["c0"]  # each pair on the seeds it shares
-    d = moderated(raced)
-    assert d["n_pairs"] == {"c0": 10, "c1": 10, "c2": 3}
-    assert rule_detail(raced, "hsd")["n_seeds"] == 3  # a pooled rule sees only the complete seeds
+    d = rule_detail(raced, "moderated")
+    assert d.extra["n_pairs"] == {"c0": 10, "c1": 10, "c2": 3}
+    assert rule_detail(raced, "hsd").n_seeds == 3  # a pooled rule sees only the complete seeds
 
 
 def test_every_rule_answers_in_one_shape():
     x = matrix(np.random.default_rng(3).normal(size=(5, 1)) + np.random.default_rng(4).normal(size=(5, 4)))
     for rule in RULES:
         d = rule_detail(x, rule)
-        assert d["rule"] == rule and d["best"] == d["top_group"][0]
-        assert set(d["gap"]) == set(d["allowance"]) == set(x.columns), rule
+        assert d.rule == rule and d.best == d.members[0] and d.description.startswith("Top group: ")
+        assert set(d.gap) == set(d.allowance) == set(x.columns), rule
     with pytest.raises(ValueError, match="moderated"):
         rule_detail(x, "tukey")
 
@@ -270,10 +271,10 @@ def test_the_rules_pairwise_p_values_decide_exactly_its_top_group(rule):
             mat.iloc[3:, k // 2:] = np.nan
         det, p = rule_detail(mat, rule), simultaneous_pvalues(mat, rule)
         for c in mat.columns:
-            if c == det["best"]:
+            if c == det.best:
                 continue
-            pv = p.get((c, det["best"]), p.get((det["best"], c)))
-            assert (c in det["top_group"]) == (pv > 0.05), (study, c, pv)
+            pv = p.get((c, det.best), p.get((det.best, c)))
+            assert (c in det.members) == (pv > 0.05), (study, c, pv)
             checked += 1
             out += pv <= 0.05
     assert checked > 300 and 0.2 < out / checked < 0.9  # both verdicts well represented
@@ -284,3 +285,81 @@ def test_holm_mcb_and_friedman_have_no_simultaneous_family():
 
     mat = pd.DataFrame(np.random.default_rng(0).normal(size=(5, 4)), columns=list("abcd"))
     assert all(simultaneous_pvalues(mat, r) is None for r in ("holm", "mcb", "friedman"))
+
+
+# --------------------------------------------------------------------------- the contract of every registered rule
+
+
+def separated(seed: int, n: int = 8, k: int = 6) -> pd.DataFrame:
+    """c0..c4 within a fraction of the noise of each other, c5 ten noise sd worse."""
+    rng = np.random.default_rng(seed)
+    return matrix(2 * rng.normal(size=(n, 1)) + rng.normal(0, 0.3, size=(n, k)) + [0, 0.05, 0.1, 0.1, 0.15, 3.0])
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_keeps_the_best_and_leaves_an_obvious_loser_out(rule):
+    for seed in range(5):
+        x = separated(seed)
+        d = rule_detail(x, rule)
+        assert d.best == x.mean().idxmin() == d.members[0], (rule, seed)
+        assert "c5" not in d.members and d.gap["c5"] > 0, (rule, seed)
+        assert set(d.gap) == set(d.allowance) == set(x.columns) and d.n_seeds == 8
+        assert np.isnan(d.bound) if d.p is not None else d.gap["c5"] > d.bound  # p-values or an allowance decide
+        keep = top_groups(x.to_numpy()[None], rule)[0]
+        assert set(d.members) == set(x.columns[keep]), (rule, seed)  # the batch form decides alike
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_is_monotone_in_alpha(rule):
+    """A larger alpha never grows the group: on 40 studies with a spread of gaps, the group
+    at each alpha holds the group at the next larger one."""
+    rng = np.random.default_rng(41)
+    x = 2 * rng.normal(size=(40, 5, 1)) + rng.normal(size=(40, 5, 7)) * np.linspace(0.5, 1.5, 7) + np.linspace(0, 2, 7)
+    groups = [top_groups(x, rule, alpha) for alpha in (0.01, 0.05, 0.1, 0.2, 0.4)]
+    for wide, narrow in zip(groups, groups[1:]):
+        assert not (narrow & ~wide).any()
+    assert groups[-1].sum() < groups[0].sum()  # and alpha matters
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_every_rule_has_a_finite_detectable_difference(rule):
+    d = detectable_effect(separated(0), rule)
+    assert 0 < d["mde"] < 3.0 and d["rule"] == rule  # below the loser's gap it rules out
+
+
+class _Everyone(Rule):
+    """A rule a test registers: it keeps every candidate."""
+
+    name = "everyone"
+    label = "every candidate kept"
+    help = "keeps every candidate"
+
+    def top_group(self, mat, alpha=0.05):
+        names = [str(c) for c in mat.mean().sort_values(kind="stable").index]
+        return TopGroup(self.name, alpha, tuple(names), names[0], {c: 0.0 for c in names},
+                        {c: float("inf") for c in names}, float("inf"), self.unit, len(mat), False, None,
+                        "every candidate stays in.")
+
+    def keep(self, x, alpha=0.05):
+        return np.ones(np.shape(x)[::2] if np.ndim(x) == 3 else (1, np.shape(x)[1]), dtype=bool)
+
+
+@pytest.fixture
+def everyone():
+    rule = register(_Everyone())
+    yield rule
+    unregister(rule.name)
+
+
+def test_a_registered_rule_is_a_choice_of_every_command(everyone, tmp_path, capsys):
+    from searchmaps.report.__main__ import main as report
+    from searchmaps.run import build_parser
+
+    assert list(RULES)[-1] == "everyone" and len(top_group(separated(0), "everyone")) == 6
+    assert build_parser().parse_args(["--budget-flops", "3.7e6", "--top-group", "everyone"]).top_group == "everyone"
+    assert report([str(tmp_path / "missing"), "--top-group", "everyone", "--no-attach"]) == 2
+    assert "invalid choice" not in capsys.readouterr().err  # the rule was accepted; the folder is what is missing
+    unregister("everyone")
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--budget-flops", "3.7e6", "--top-group", "everyone"])
+    assert "invalid choice: 'everyone'" in capsys.readouterr().err

@@ -23,10 +23,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="over all candidate pairs, and over the planned comparisons (default holm). fdr_bh is "
                         "refused: the top group needs family-wise control")
     p.add_argument("--top-group", default=None, choices=RULES,
-                   help=f"the rule that picks the top group (default: the study's, else {DEFAULT_RULE}: each map "
-                        f"against the best on their shared seeds, each pair's noise moderated towards the others'; "
-                        f"hsd: Tukey's HSD with the noise pooled over every map; mcb: Hsu's MCB; holm: all-pairs "
-                        f"t-tests; friedman: ranks with Nemenyi's critical difference)")
+                   help=f"the rule that picks the top group (default: the study's, else {DEFAULT_RULE}; "
+                        + "; ".join(f"{name}: {rule.help}" for name, rule in RULES.items()) + ")")
     p.add_argument("--target-effect", default=None, metavar="E",
                    help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
                         "(E in nats of validation loss, the scale of the tests, or 1%% of the best mean loss)")

@@ -25,6 +25,7 @@ import pandas as pd
 
 from .. import stability
 from ..results import Role, atomic_write_text
+from ..topgroup import DEFAULT_RULE
 from .sentences import fmt_p
 
 
@@ -45,7 +46,7 @@ class HorizonAnalysis:
 
 
 def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
-            n_boot: int = 1000, rule: str = "moderated", reference: str | None = None,
+            n_boot: int = 1000, rule: str = DEFAULT_RULE, reference: str | None = None,
             published_sd: float | None = None) -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
     None for a study with a single horizon. ``target`` (default: the published numbers'

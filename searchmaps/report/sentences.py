@@ -8,6 +8,9 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..topgroup import DEFAULT_RULE, TopGroup, get_rule
+from ..topgroup.rule import span
+
 TEST_NAMES = {"ttest": "paired t-test", "signflip": "exact paired sign-flip test",
               "wilcoxon": "exact Wilcoxon signed-rank test"}
 CORRECTION_NAMES = {"holm": "Holm", "bonferroni": "Bonferroni"}
@@ -77,23 +80,14 @@ def _verb(n: int, one: str, many: str) -> str:
 # --------------------------------------------------------------------------- the result
 
 
-RULE_NAMES = {"moderated": "each map against the best on the seeds the two share, each pair's seed noise moderated "
-                           "towards the others' but never below its own, Tukey's studentized range at the pair's "
-                           "degrees of freedom",
-              "hsd": "Tukey's HSD against the best (seed noise pooled over every map)",
-              "mcb": "Hsu's multiple comparisons with the best (seed noise pooled over every map)",
-              "holm": "paired t-tests of every pair, Holm-corrected",
-              "friedman": "Friedman ranks with Nemenyi's critical difference"}
-
-
-def _rule_reason(rule: dict | None, top: bool, cands=()) -> str:
+def _rule_reason(rule: TopGroup, top: bool, cands=()) -> str:
     """Why candidates are in or out under a rule with allowances: their gaps against the
-    allowance (one for a pooled rule; each pair's own for moderated, given as a range)."""
-    name, bound = rule["rule"], rule["bound"]
-    unit = "in mean rank" if name == "friedman" else "nats"
-    own = [rule["allowance"][c] for c in cands if np.isfinite(rule.get("allowance", {}).get(c, np.nan))]
-    if name == "moderated" and own:
-        what = f"{_span(own)} {unit}"
+    allowance (one for a pooled rule; each pair's own for a per-pair rule, given as a range)."""
+    name, bound = rule.rule, rule.bound
+    unit = "in mean rank" if rule.unit == "mean rank" else "nats"
+    own = [rule.allowance[c] for c in cands if np.isfinite(rule.allowance.get(c, np.nan))]
+    if rule.per_pair and own:
+        what = f"{span(own)} {unit}"
         return (f"gaps to the best within their own allowances of the {name} rule, {what}" if top else
                 f"gaps beyond their own allowances of the {name} rule, {what}")
     return (f"gaps to the best within the {bound:.3g} {unit} allowance of the {name} rule" if top else
@@ -102,16 +96,16 @@ def _rule_reason(rule: dict | None, top: bool, cands=()) -> str:
 
 def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, alpha: float,
                      errors: dict[str, str] | None = None, family_size: int | None = None,
-                     rule: dict | None = None) -> list[str]:
+                     rule: TopGroup | None = None) -> list[str]:
     """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
-    table (best first). ``rule`` (``{"rule", "bound", "allowance"}``, from
-    :func:`searchmaps.topgroup.rule_detail`) names a rule with allowances: the sentences
-    then give them instead of the all-pairs p-values."""
+    table (best first). ``rule`` (the top-group rule's answer,
+    :func:`searchmaps.topgroup.rule_detail`): when it decides by allowances, the sentences
+    give them instead of the all-pairs p-values."""
     errors = errors or {}
     ok = summary[summary["n_seeds"] > 0].set_index("candidate")
     b = ok.loc[best]
     out = []
-    pooled = rule is not None and rule.get("rule") != "holm" and np.isfinite(rule.get("bound", np.nan))
+    pooled = rule is not None and np.isfinite(rule.bound)  # decided by allowances, not by p-values
     if len(ok) == 1:
         out.append(f"Only `{best}` has successful runs ({_ppl(b)}); there is nothing to compare it with.")
     else:
@@ -185,7 +179,7 @@ def _reference_sentences(ok: pd.DataFrame, best: str, reference: str | None, alp
 def family_label(res: dict, short: bool = False) -> str:
     """The all-pairs family the ranking, the significance matrix and the top group share:
     the top-group rule's own simultaneous comparisons where it compares every pair
-    (moderated, hsd), else the study's test corrected over every pair."""
+    (its simultaneous p-values), else the study's test corrected over every pair."""
     n = res["family_size"]
     if res.get("family") == "rule":
         return (f"the {res['rule']} rule's family ({n} pairs)" if short else
@@ -219,17 +213,18 @@ def family_sentences(planned: pd.DataFrame, family_size: int, res: dict | None =
 
 
 def cannot_reject_sentence(method: str, correction: str, families: list[tuple[str, dict]],
-                           rule: str = "holm") -> str | None:
+                           rule: str | None = None) -> str | None:
     """The warning that the chosen exact test cannot reject anything with these seeds, or
     None when it can. ``families`` are (``"over all 55 pairs"``-style description,
-    :func:`searchmaps.stats.resolution`) for the all-pairs and planned families."""
+    :func:`searchmaps.stats.resolution`) for the all-pairs and planned families; ``rule``
+    the top-group rule (None: the study's test decides the top group too)."""
     stuck = [(what, r) for what, r in families if r["n_seeds"] >= 2 and not r["can_reject"]]
     if method == "ttest" or not stuck:
         return None
     n = max(r["n_seeds"] for _, r in stuck)
     need = " and ".join(f"p ≤ α/m = {r['threshold']:.2g} {what}" for what, r in stuck)
     step = "Holm's first step" if correction == "holm" else "the Bonferroni correction"
-    outcome = ("every candidate stays in the top group" if rule == "holm" else
+    outcome = ("every candidate stays in the top group" if rule is None or get_rule(rule).study_test else
                f"no pairwise p-value or planned comparison can be; the top group, chosen by the {rule} rule, does not "
                f"use this test")
     return (f"The {TEST_NAMES[method]} cannot find any difference with these seeds: with {n} paired seeds its "
@@ -413,50 +408,19 @@ def _floor_sentences(res: dict, correction: str) -> list[str]:
             f"and a pair needs {step}, so it {can}."]
 
 
-def _span(values) -> str:
-    """``0.15 to 0.19``, or one number when they print alike."""
-    lo, hi = f"{min(values):.3g}", f"{max(values):.3g}"
-    return lo if lo == hi else f"{lo} to {hi}"
-
-
 def _rule_sentences(res: dict) -> list[str]:
-    """Which rule chose the top group, and with what allowance."""
-    rule, d = res.get("rule", "holm"), res.get("rule_detail")
-    head = f"Top group: the best candidate and every candidate the rule cannot rule out ({RULE_NAMES[rule]}, " \
-           f"α = {res['alpha']:g})"
-    if rule == "holm" or not d:
-        return [head + ": every candidate not significantly worse than the best in the all-pairs family."]
-    if rule == "friedman":
-        return [head + f": a candidate stays in when its mean rank is within {d['cd']:.3g} of the lowest "
-                       f"({d['n_seeds']} seeds)."]
-    if rule == "moderated":
-        own = [v for v in d["allowance"].values() if np.isfinite(v)]
-        dof = [v for v in d["dof"].values() if np.isfinite(v)]
-        if not own:
-            return [head + ": no candidate shares two seeds with the best, so none can be ruled out."]
-        prior = (f"prior sd of a paired difference {d['s0']:.3g} nats on {d['d0']:.3g} degrees of freedom"
-                 if np.isfinite(d["s0"]) and d["d0"] > 0 else "no prior borrowed (the pairs' noise differs too much)")
-        return [head + f": each pair uses the seeds it shares (up to {max(d['n_pairs'].values())}); {prior}; "
-                       f"{_span(dof)} degrees of freedom per pair; a candidate stays in when its "
-                       f"gap to the best is at most its own allowance, {_span(own)} nats."]
-    const = f"q = {d['q']:.3g} (studentized range of {len(d['gap'])} means)" if rule == "hsd" else \
-        f"d = {d['d']:.3g} (one-sided Dunnett, {len(d['gap']) - 1} comparisons)"
-    out = [head + f": residual sd of the candidate + seed model {d['sd']:.3g} nats on {d['dof']} degrees of "
-                  f"freedom, {const}; a candidate stays in when its gap to the best "
-                  f"{'of the others ' if rule == 'mcb' else ''}is at most {d['bound']:.3g} nats."]
-    if rule == "mcb":
-        out.append("MCB's guarantee is that the best map is in the group with probability ≥ 1 − α; it may drop a map "
-                   "tied with the best (in simulation, some tied map in 11-47 % of all-equal studies), which the "
-                   "default rule does not.")
-    return out
+    """Which rule chose the top group, and with what allowance (the rule's own words)."""
+    d = res["rule_detail"]
+    return [d.description] + ([d.caveat] if d.caveat else [])
 
 
 def noise_sentence(check: dict) -> str | None:
     """One sentence when the maps' seed noise differs (:func:`searchmaps.topgroup.noise_check`):
-    by how much, the rule used, and what a rule that assumes equal noise (hsd) concludes
-    where it differs. Also when the spread is within chance but above 1.5x and hsd's top
-    group differs from the rule's (the reader should know why); None otherwise."""
-    rule, group, pooled = check["rule"], check["group"], check["pooled_group"]
+    by how much, the rule used, and what a rule that assumes equal noise (``pooled_rule``)
+    concludes where it differs. Also when the spread is within chance but above 1.5x and
+    that rule's top group differs from the rule's (the reader should know why); None
+    otherwise."""
+    rule, group, pooled, other = check["rule"], check["group"], check["pooled_group"], check["pooled_rule"]
     if not check["unequal"]:
         if not check.get("wide") or pooled is None or set(pooled) == set(group):
             return None
@@ -465,18 +429,18 @@ def noise_sentence(check: dict) -> str | None:
         return (f"The maps' residual sd spans {check['spread']:.1f}×, within what equally noisy maps reach with "
                 f"these seeds ({check['threshold']:.1f}× in 5 % of studies) but above the 1.5× where pooling the "
                 f"noise over every map starts to drop maps as good as the best; the top group is the {rule} "
-                f"rule's, which does not pool it; hsd, which does, would {' and '.join(parts)}.")
+                f"rule's, which does not pool it; {other}, which does, would {' and '.join(parts)}.")
     text = (f"The maps' seed noise differs: the noisiest map's residual sd is {check['spread']:.1f}× the quietest's "
             f"(equally noisy maps exceed {check['threshold']:.1f}× in 5 % of studies this size; pooling the noise over "
             f"every map drops a map as good as the best in 8 % of studies from 1.5×, 17 % at 4×); the top group is "
             f"the {rule} rule's")
-    if rule in ("hsd", "mcb"):
-        text += ", which assumes equal noise: --top-group moderated does not"
+    if check["pools"]:
+        text += f", which assumes equal noise: --top-group {DEFAULT_RULE} does not"
     added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
-    if rule == "hsd" or (not added and not lost):
-        return text + ("." if rule == "hsd" else "; hsd, which assumes equal noise, gives the same top group.")
+    if rule == other or (not added and not lost):
+        return text + ("." if rule == other else f"; {other}, which assumes equal noise, gives the same top group.")
     parts = ([f"also keep {_names(added)}"] if added else []) + ([f"leave out {_names(lost)}"] if lost else [])
-    return text + f"; hsd, which assumes equal noise, would {' and '.join(parts)}."
+    return text + f"; {other}, which assumes equal noise, would {' and '.join(parts)}."
 
 
 def readmitted_sentence(summary: pd.DataFrame, racing: bool) -> str | None:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from .. import stability
 from ..results import ResultsError, atomic_write_text
+from ..topgroup import DEFAULT_RULE
 
 
 def load(study_dir) -> pd.DataFrame | None:
@@ -49,7 +50,7 @@ def means(scores: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("loss", kind="stable").reset_index(drop=True)
 
 
-def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = "moderated", alpha: float = 0.05) -> dict | None:
+def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE, alpha: float = 0.05) -> dict | None:
     """:func:`searchmaps.stability.proxy_agreement` of the supernet scores against the
     study's successful stand-alone rows (last horizon); None with fewer than two shared maps."""
     shared = set(scores["candidate"]) & set(runs["candidate"])
@@ -148,7 +149,7 @@ def budget_of(info: dict) -> float | None:
 
 
 def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = None, against: str | None = None,
-               rule: str = "moderated", alpha: float = 0.05, budget: float | None = None) -> Path:
+               rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None) -> Path:
     """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
     Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
     study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``."""

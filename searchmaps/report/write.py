@@ -110,8 +110,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
     summary = build_summary(runs, ok, res, second, second_name)
     detail = res["rule_detail"]
-    summary["rule_gap"] = summary["candidate"].map(detail["gap"])
-    summary["rule_allowance"] = summary["candidate"].map(detail["allowance"])
+    summary["rule_gap"] = summary["candidate"].map(detail.gap)
+    summary["rule_allowance"] = summary["candidate"].map(detail.allowance)
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     tuned = tuning.tuning_table(records_frame(records))
     if tuned is not None:
@@ -132,7 +132,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
 
     name = info.get("study") or study_dir.name
     result = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
-                              {"rule": rule, "bound": detail["bound"], "allowance": detail["allowance"]})
+                              detail)
     noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
     result += [s for s in (noise, readmitted) if s]
@@ -239,11 +239,12 @@ def _planning(ok: pd.DataFrame, rule: str, alpha: float, target_effect: str) -> 
     best with 80 % power, at the study's own residual noise."""
     mat = stats.to_matrix(ok, METRIC)
     effect = parse_effect(target_effect, float(mat.mean().min()))
-    n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=60 if rule == "friedman" else 200)
+    most = topgroup.get_rule(rule).max_seeds
+    n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=most)
     now = topgroup.detectable_effect(mat, rule, alpha)
     if n is None:
         text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
-                f"the {rule} rule would need more than {60 if rule == 'friedman' else 200} seeds at this noise.")
+                f"the {rule} rule would need more than {most} seeds at this noise.")
     else:
         text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule needs {n} seeds at this study's noise (residual sd {now['sd']:.3g}); it has "
