@@ -363,3 +363,18 @@ def test_a_registered_rule_is_a_choice_of_every_command(everyone, tmp_path, caps
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--budget-flops", "3.7e6", "--top-group", "everyone"])
     assert "invalid choice: 'everyone'" in capsys.readouterr().err
+
+
+def test_with_three_seeds_and_unequal_noise_the_report_states_the_moderated_rules_own_measured_error():
+    from searchmaps.report.sentences import noise_sentence
+
+    rng = np.random.default_rng(3)
+    sds = np.r_[[4.0] * 4, [1.0] * 7]
+    noisy3 = matrix(rng.normal(size=(3, 1)) + rng.normal(size=(3, 11)) * sds)
+    check = noise_check(noisy3)
+    assert check["wide"] and check["seeds"] == 3 and "up to 7 %" in check["few_seeds"]
+    s = noise_sentence(check)
+    assert s is not None and "share 3 seeds" in s and "up to 7 %" in s
+    # five seeds: the rule holds alpha there, so no caveat; hsd has no such caveat (its own is the pooling one)
+    noisy5 = matrix(rng.normal(size=(5, 1)) + rng.normal(size=(5, 11)) * sds)
+    assert noise_check(noisy5)["few_seeds"] is None and noise_check(noisy3, "hsd")["few_seeds"] is None

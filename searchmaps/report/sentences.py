@@ -419,7 +419,16 @@ def noise_sentence(check: dict) -> str | None:
     by how much, the rule used, and what a rule that assumes equal noise (``pooled_rule``)
     concludes where it differs. Also when the spread is within chance but above 1.5x and
     that rule's top group differs from the rule's (the reader should know why); None
-    otherwise."""
+    otherwise. The rule's own few-seeds caveat (``few_seeds``) follows when there is one."""
+    text = _noise_sentence(check)
+    few = check.get("few_seeds")
+    if not few:
+        return text
+    caveat = f"Noise differs by map ({check['spread']:.1f}×) and the maps share {check['seeds']} seeds: {few}."
+    return caveat if text is None else f"{text} {caveat}"
+
+
+def _noise_sentence(check: dict) -> str | None:
     rule, group, pooled, other = check["rule"], check["group"], check["pooled_group"], check["pooled_rule"]
     if not check["unequal"]:
         if not check.get("wide") or pooled is None or set(pooled) == set(group):

@@ -84,13 +84,16 @@ def noise_check(mat: pd.DataFrame, rule: str = DEFAULT_RULE, alpha: float = 0.05
     NOISE_SPREAD, where pooling starts to err, whether or not chance explains it), ``pools``
     (``rule`` itself assumes equal noise), ``pooled_rule`` (:data:`POOLED_RULE`) and, when
     wide, what it concludes: ``pooled_group`` (None otherwise) next to ``group``
-    (``rule``'s)."""
+    (``rule``'s); ``seeds`` (shared by every map) and ``few_seeds``: the rule's own measured
+    caveat (:attr:`Rule.few_seeds`) when noise is wide and the seeds are that few, else None."""
     block = complete_block(mat)
     n, k = block.shape
     spread = variance_spread(mat)
     threshold = max(NOISE_SPREAD, spread_by_chance(k, n)) if n >= 2 and k >= 2 else float("nan")
     unequal = bool(np.isfinite(threshold) and spread > threshold)
     wide = bool(np.isfinite(spread) and spread > NOISE_SPREAD)
-    return {"spread": spread, "threshold": threshold, "unequal": unequal, "wide": wide, "rule": rule,
+    few = get_rule(rule).few_seeds
+    return {"spread": spread, "threshold": threshold, "unequal": unequal, "wide": wide, "rule": rule, "seeds": n,
+            "few_seeds": few[1] if few and wide and 2 <= n <= few[0] else None,
             "pools": get_rule(rule).pools_noise, "pooled_rule": POOLED_RULE, "group": top_group(mat, rule, alpha),
             "pooled_group": top_group(mat, POOLED_RULE, alpha) if wide else None}

@@ -62,7 +62,9 @@ class Rule:
     ``per_pair``: see :class:`TopGroup`. ``pools_noise``: assumes every map equally noisy.
     ``study_test``: decides by the study's own paired test and correction over every pair
     (racing and the report then use that family). ``max_seeds``: how far
-    :func:`~searchmaps.topgroup.power.seeds_needed` searches by default."""
+    :func:`~searchmaps.topgroup.power.seeds_needed` searches by default. ``few_seeds``:
+    ``(n, text)`` where the calibration benchmark measured the rule erring beyond alpha
+    with at most n shared seeds when noise differs by map; the report then says ``text``."""
 
     name: str = ""
     label: str = ""
@@ -72,6 +74,7 @@ class Rule:
     pools_noise: bool = False
     study_test: bool = False
     max_seeds: int = 200
+    few_seeds: tuple[int, str] | None = None
 
     def top_group(self, mat: pd.DataFrame, alpha: float = 0.05) -> TopGroup:
         """The rule's answer on a ``seeds x candidates`` matrix."""
