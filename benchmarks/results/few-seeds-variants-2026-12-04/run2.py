@@ -1,5 +1,8 @@
+"""Run from the repository root: .venv/bin/python benchmarks/results/few-seeds-variants-2026-12-04/run2.py 10000"""
 import sys, math, time, numpy as np
-sys.path.insert(0, '/work/main'); sys.path.insert(0, '/work/main/benchmarks'); sys.path.insert(0, '/tmp/cal')
+from pathlib import Path
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE.parents[2]), str(HERE.parents[1]), str(HERE)]
 from calibration import studies, noise_sds
 from variant import pair_tests_v
 N = int(sys.argv[1])
