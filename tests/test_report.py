@@ -65,7 +65,7 @@ def test_summary_matches_runs(realistic):
         "candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds", "mean",
         "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
         "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
-        "n_failed", "rule_gap", "rule_allowance"]
+        "n_failed", "rule_gap", "rule_allowance", "pareto_separated"]
     ranked = summary.dropna(subset=["mean"])  # the default rule: in the top group iff the gap is in its allowance
     assert (ranked["in_top_group"] == (ranked["rule_gap"] <= ranked["rule_allowance"])).all()
     raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
@@ -386,7 +386,7 @@ def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path)
         assert out.returncode == 0 and out.stderr == "", out.stderr
     assert list(graphs(storage)) == [GRAPH_ID]
     fig = json.loads(graphs(storage)[GRAPH_ID])
-    assert {t["name"] for t in fig["data"]} >= {"Pareto front", "top group"}
+    assert {t["name"] for t in fig["data"]} >= {"Pareto front (what the seeds separate at α = 0.05)", "top group"}
 
     # study.json holding the storage without its password: a warning, and --storage attaches it
     other = tmp_path / "db"
