@@ -20,27 +20,38 @@ def _labels(summary: pd.DataFrame) -> pd.Series:
 
 
 def separated_front(summary: pd.DataFrame, pairwise: pd.DataFrame | None, alpha: float) -> pd.Series:
-    """The Pareto front the seeds can tell apart, one bool per row of ``summary``: a map is
-    on it when no map with at most its FLOPs is significantly better, and it is
-    significantly better than every strictly cheaper map (a dearer map must buy a
-    difference the statistics detect). ``pairwise`` is the corrected p matrix of the
-    top-group rule's family; "better" is a lower ``val_loss_mean`` at corrected p ≤ ``alpha``.
-    The front on means alone (``pareto_optimal``) would call a map optimal on a 0.3 ppl
-    gap at p = 1. Maps without results, or without a p, are never on it."""
-    s = summary.set_index("candidate")
-    have = [c for c in s.index if s.loc[c, "n_seeds"] > 0]
-    if pairwise is None:  # one candidate with results: nothing to separate it from
+    """The Pareto front as far as the seeds can tell, one bool per row of ``summary``: a
+    staircase that starts at the best map of the cheapest FLOPs and steps to the cheapest
+    map significantly better than the last step (the best mean where several at one FLOPs
+    are), never to a map a map as cheap beats significantly. Each step buys a difference
+    the statistics detect; nothing dearer than the last step is significantly better than
+    it. ``pairwise`` is the corrected p matrix of the top-group rule's family; "better" is
+    a lower ``val_loss_mean`` at corrected p ≤ ``alpha``. The front on means alone
+    (``pareto_optimal``) would call a dearer map optimal on a gap at p = 1. Maps without
+    results, or without a p, are never on it."""
+    s = summary[summary["n_seeds"] > 0].sort_values(["flops_per_token", "val_loss_mean"], kind="stable")
+    have = list(s["candidate"] if pairwise is None else s["candidate"][s["candidate"].isin(pairwise.index)])
+    if pairwise is None or not have:  # one candidate with results: nothing to separate it from
         return summary["candidate"].isin(have[:1])
-    have = [c for c in have if c in pairwise.index]
-    loss, flops = s["val_loss_mean"], s["flops_per_token"]
+    loss, flops = s.set_index("candidate")["val_loss_mean"], s.set_index("candidate")["flops_per_token"]
 
     def better(a: str, b: str) -> bool:
         return bool(pairwise.loc[a, b] <= alpha and loss[a] < loss[b])
 
-    on = {m for m in have
-          if not any(better(c, m) for c in have if c != m and flops[c] <= flops[m])
-          and all(better(m, c) for c in have if flops[c] < flops[m])}
-    return summary["candidate"].isin(on)
+    steps = [have[0]]
+    for m in have[1:]:
+        if (flops[m] > flops[steps[-1]] and better(m, steps[-1])
+                and not any(better(c, m) for c in have if c != m and flops[c] <= flops[m])):
+            steps.append(m)
+    return summary["candidate"].isin(steps)
+
+
+def _header(flops: float, budget: float | None, width_px: float) -> str:
+    """A FLOPs band's header: the longest of exact FLOPs with the budget share, exact FLOPs,
+    or MFLOPs that fits ``width_px`` at about 6.5 px a character."""
+    texts = [f"{flops:,.0f} ({flops / budget:.1%} of budget)"] if budget else []
+    texts += [f"{flops:,.0f}", f"{flops / 1e6:.3g}M"]
+    return next((t for t in texts if 6.5 * len(t) <= width_px), texts[-1])
 
 
 def _positions(s: pd.DataFrame, budget: float | None) -> tuple[np.ndarray, list[tuple[float, float, float]], float | None]:
@@ -102,13 +113,14 @@ def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | 
         name=f"Pareto front (what the seeds separate at α = {alpha:g})" if separated else "Pareto front (on means)",
         line=dict(shape="hv", dash="dot", color=_FRONT, width=1.5), hoverinfo="skip",
         marker=dict(symbol="circle-open", size=24, color=_FRONT, line=dict(width=2))))
+    xmax = max(s["x"].max(), budget_x if budget_x is not None else -1)
+    slot_px = 1100 / (xmax + 1.6)  # a map's share of the plot's width at the report's 1,280 px
     for x0, x1, flops in groups:
-        share = f" ({flops / budget:.1%} of budget)" if budget and x1 - x0 >= 2 else ""
         fig.add_shape(type="rect", xref="x", yref="paper", x0=x0 - 0.45, x1=x1 + 0.45, y0=0, y1=1, layer="below",
                       line=dict(width=0), fillcolor="#f0f0f0")
         fig.add_annotation(x=(x0 + x1) / 2, y=1, xref="x", yref="paper", yanchor="top", showarrow=False,
-                           text=f"{flops:,.0f}{share}" if x1 - x0 >= 1 or len(groups) <= 8 else f"{flops / 1e6:.3g}M",
-                           font=dict(size=12, color="#444"), name="flops group")
+                           text=_header(flops, budget, (x1 - x0 + 0.9) * slot_px),
+                           font=dict(size=11, color="#444"), name="flops group")
     if reference is not None and reference in set(s["candidate"]):
         r = s[s["candidate"] == reference].iloc[0]
         fig.add_annotation(x=r["x"], y=r["mean"], text="baseline", showarrow=True, arrowhead=0,
@@ -117,7 +129,6 @@ def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | 
         fig.add_vline(x=budget_x, line=dict(dash="dash", color="#555", width=1.5), layer="below",
                       annotation_text=f"budget {budget:,.0f}", annotation_position="bottom left",
                       annotation_textangle=-90)
-    xmax = max(s["x"].max(), budget_x if budget_x is not None else -1)
     fig.update_layout(**_LAYOUT, title=title, height=600, hovermode="closest",
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
     fig.update_layout(margin=dict(b=100))

@@ -160,8 +160,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     curves = curve_table(ok)
     if not curves.empty:
         figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
-                        "Validation loss during training, mean over seeds; the top group and the baseline are "
-                        "drawn solid with a ± 1 sd band, the rest dotted. Click a legend entry to hide or show it."))
+                        "Validation loss during training, one panel per map in ranking order (★: the top group), "
+                        "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
+                        "baseline's (dotted grey) to read the gap against. Axes are shared."))
     planned_html = ""
     if planned_df is not None:
         planned_html = (f"<h2>Planned comparisons</h2><p class=caption>Hypotheses named before the results "
