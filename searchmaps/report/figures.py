@@ -1,5 +1,6 @@
-"""The report's figures (plotly only): the Pareto front, the significance matrix and the
-learning curves, each from the tables of :mod:`searchmaps.report.summary`."""
+"""The report's figures (plotly only): the Pareto front as far as the seeds separate it
+(:func:`separated_front`), the significance matrix and the learning curves, each from the
+tables of :mod:`searchmaps.report.summary`."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | 
     band headed by its FLOPs, best first within it; one tick label per map), y: mean
     perplexity with 95 % CI bars; the top group as red stars; the front the seeds
     separate (``summary["pareto_separated"]``, see :func:`separated_front`; without it
-    the front on means) as blue rings; the budget as a dashed line after the last map
+    the front on means) as blue rings on a step line; the budget as a dashed line after the last map
     within it. Maps with equal FLOPs share one x-band instead of being jittered, so no
     map is drawn past the budget line it is within."""
     import plotly.graph_objects as go

@@ -144,11 +144,12 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     figures = [("Pareto front", pareto,
                 "Lower and further left is better. Maps with equal FLOPs share a shaded band headed by their "
                 "FLOPs/token, best first; bands run from cheapest to dearest (evenly spaced, not to scale). Red "
-                "stars: the top group (not significantly worse than the best). Blue rings: the front the seeds "
-                f"separate: a map is on it when no map as cheap is significantly better and it is significantly "
-                f"better than every cheaper map (corrected p ≤ {alpha:g} in {family_label(res)}); a dearer map with "
-                "a lower mean the tests cannot tell apart is not called optimal (the front on means alone is the "
-                "pareto_optimal column of summary.csv). Dashed line: the FLOP budget. Error bars are each "
+                "stars: the top group (not significantly worse than the best). Blue rings on the dotted step line: "
+                "the Pareto front as far as the seeds can tell: it starts at the best map of the cheapest FLOPs and "
+                "steps to the cheapest map significantly better than the last step (corrected p ≤ "
+                f"{alpha:g} in {family_label(res)}), so a dearer map with a lower mean the tests cannot tell apart is "
+                "not called optimal (the front on means alone is the pareto_optimal column of summary.csv). Dashed "
+                "line: the FLOP budget. Error bars are each "
                 "candidate's own CI; the tests are paired on seed, so differences can be significant where bars "
                 "overlap. Hover for exact FLOPs, seeds and p-values.")]
     order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
