@@ -971,3 +971,8 @@ def test_learning_curves_are_one_panel_per_map_with_distinct_colours_and_a_short
     assert legend.orientation == "h" and legend.y > 1  # above the panels, one row, inside the top margin:
     paper = height - fig.layout.margin.t - fig.layout.margin.b
     assert (legend.y - 1) * paper + 25 < fig.layout.margin.t
+    six = rep.summary.dropna(subset=["mean"]).iloc[:6]  # 4 + 2 panels: columns 3 and 4 end in the first row
+    fig = curves_figure(curve_table(ok), six, "1,1,1,1|rope")
+    ticked = [k for k in fig.layout if k.startswith("xaxis") and fig.layout[k].title.text == "training tokens"
+              and fig.layout[k].showticklabels]
+    assert sorted(ticked) == ["xaxis3", "xaxis4", "xaxis5", "xaxis6"]

@@ -55,7 +55,7 @@ def _header(flops: float, budget: float | None, width_px: float) -> str:
     return next((t for t in texts if 6.5 * len(t) <= width_px), texts[-1])
 
 
-def _positions(s: pd.DataFrame, budget: float | None) -> tuple[np.ndarray, list[tuple[float, float, float]], float | None]:
+def _positions(s: pd.DataFrame, budget: float | None) -> tuple[np.ndarray, list[tuple], float | None]:
     """x of each row of ``s`` (sorted by FLOPs, then mean): one slot per map, a gap between
     groups of equal FLOPs; the groups as (first x, last x, FLOPs); the budget line's x,
     between the last map within the budget and the first beyond it (None without one)."""
@@ -167,14 +167,17 @@ def curves_figure(curves: pd.DataFrame, summary: pd.DataFrame, reference: str | 
     in every panel the best map's mean as a thin dashed line to read the gap against
     (and the baseline's, dotted grey). Shared axes; a panel's own curve is red for the top
     group and blue otherwise, so no two curves in a panel share a colour and the legend has
-    three entries whatever the number of maps."""
+    four entries at most whatever the number of maps; every column's lowest panel has its
+    token ticks."""
+    import plotly.colors as pc
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     order = [c for c in summary["candidate"] if c in set(curves["candidate"])]
     top = set(summary.loc[summary["in_top_group"], "candidate"])
     labels = dict(zip(summary["candidate"], _labels(summary)))
-    mean = {c: g.groupby("tokens")["val_loss"].agg(["mean", "std"]).reset_index() for c, g in curves.groupby("candidate")}
+    mean = {c: g.groupby("tokens")["val_loss"].agg(["mean", "std"]).reset_index()
+            for c, g in curves.groupby("candidate")}
     cols = min(CURVE_COLUMNS, len(order))
     rows = -(-len(order) // cols)
     fig = make_subplots(rows=rows, cols=cols, shared_xaxes="all", shared_yaxes="all", horizontal_spacing=0.03,
@@ -192,11 +195,11 @@ def curves_figure(curves: pd.DataFrame, summary: pd.DataFrame, reference: str | 
         name = "top group map (mean ± 1 sd)" if cand in top else "other map (mean ± 1 sd)"
         band = g.dropna()
         if len(band):
-            r, gr, b = (int(color[k:k + 2], 16) for k in (1, 3, 5))
+            r, gr, b = pc.hex_to_rgb(color)
             fig.add_trace(go.Scatter(
                 x=[*band["tokens"], *band["tokens"][::-1]],
-                y=[*(band["mean"] + band["std"]), *(band["mean"] - band["std"])[::-1]],
-                mode="lines", fill="toself", fillcolor=f"rgba({r},{gr},{b},0.18)", line=dict(width=0), hoverinfo="skip",
+                y=[*(band["mean"] + band["std"]), *(band["mean"] - band["std"])[::-1]], mode="lines",
+                fill="toself", fillcolor=f"rgba({r},{gr},{b},0.18)", line=dict(width=0), hoverinfo="skip",
                 showlegend=False), row=row, col=col)
         for other, text, gcolor, dash in guides:
             if other != cand:
@@ -208,18 +211,21 @@ def curves_figure(curves: pd.DataFrame, summary: pd.DataFrame, reference: str | 
         fig.add_trace(go.Scatter(x=g["tokens"], y=g["mean"], mode="lines+markers", name=name, legendgroup=name,
                                  showlegend=name not in legend, line=dict(color=color, width=2.5),
                                  marker=dict(size=4),
-                                 hovertemplate=f"{labels[cand]}<br>%{{x:,}} tokens<br>val loss %{{y:.4f}}<extra></extra>"),
+                                 hovertemplate=f"{labels[cand]}<br>%{{x:,}} tokens<br>"
+                                               "val loss %{y:.4f}<extra></extra>"),
                       row=row, col=col)
         legend.add(name)
     height, top_margin = 190 + 210 * rows, 130
+    paper = height - top_margin - _LAYOUT["margin"]["b"]
     fig.update_layout(**_LAYOUT, height=height,
                       title=dict(text="Learning curves: validation loss (mean ± 1 sd across seeds), one panel per map",
                                  y=1 - 12 / height, yanchor="top"),
-                      legend=dict(orientation="h", yanchor="bottom", y=1 + 34 / (height - top_margin - 60), x=0,
-                                  xanchor="left"))
+                      legend=dict(orientation="h", yanchor="bottom", y=1 + 34 / paper, x=0, xanchor="left"))
     fig.update_layout(margin=dict(t=top_margin))
     fig.update_annotations(font=dict(size=13))
     fig.update_xaxes(tickformat="~s")
-    fig.update_xaxes(title="training tokens", row=rows)
+    for col in range(1, cols + 1):
+        last = rows if (rows - 1) * cols + col <= len(order) else rows - 1
+        fig.update_xaxes(title="training tokens", showticklabels=True, row=last, col=col)
     fig.update_yaxes(title="val loss (nats)", col=1)
     return fig
