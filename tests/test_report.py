@@ -65,7 +65,7 @@ def test_summary_matches_runs(realistic):
         "candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds", "mean",
         "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best", "p_vs_best_signflip",
         "diff_to_reference", "p_vs_reference", "p_vs_reference_signflip", "in_top_group", "pareto_optimal",
-        "n_failed", "rule_gap", "rule_allowance"]
+        "n_failed", "rule_gap", "rule_allowance", "pareto_separated"]
     ranked = summary.dropna(subset=["mean"])  # the default rule: in the top group iff the gap is in its allowance
     assert (ranked["in_top_group"] == (ranked["rule_gap"] <= ranked["rule_allowance"])).all()
     raw = {c: np.array(v, dtype=float) for c, v in realistic_results().items() if v[0] is not None}
@@ -386,7 +386,7 @@ def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path)
         assert out.returncode == 0 and out.stderr == "", out.stderr
     assert list(graphs(storage)) == [GRAPH_ID]
     fig = json.loads(graphs(storage)[GRAPH_ID])
-    assert {t["name"] for t in fig["data"]} >= {"Pareto front", "top group"}
+    assert {t["name"] for t in fig["data"]} >= {"Pareto front (what the seeds separate at α = 0.05)", "top group"}
 
     # study.json holding the storage without its password: a warning, and --storage attaches it
     other = tmp_path / "db"
@@ -865,3 +865,128 @@ def test_the_supernet_trust_sentence_states_regret_in_nats_with_perplexity_for_d
     assert "regret 0.0123 nats (0.0912 perplexity)" in s and "`2,1`" in s and "prescreen" in s
     del a["regret_ppl"]
     assert "regret 0.0123 nats)" in trust_sentence(a)
+
+
+# ---------------------------------------------------------------------------- figures
+
+
+def _markers(fig) -> dict[str, float]:
+    """Each map's label -> the x its marker is drawn at (top group and the rest)."""
+    out = {}
+    for t in fig.data:
+        if t.name in ("top group", "significantly worse"):
+            out.update({str(m): float(x) for m, x in zip((row[0] for row in t.customdata), t.x)})
+    return out
+
+
+def test_separated_front_calls_no_map_optimal_on_a_gap_the_tests_cannot_tell():
+    from searchmaps.report.figures import separated_front
+
+    # a cheapest; b dearer, a hair better at p = 1; c as dear, clearly better than a; d dearest,
+    # better than c only at p = 0.5; e as cheap as a, a hair worse at p = 0.5; f has no results
+    s = pd.DataFrame({"candidate": list("abcdef"), "n_seeds": [5, 5, 5, 5, 5, 0],
+                      "flops_per_token": [1.0, 2.0, 2.0, 3.0, 1.0, 1.0],
+                      "val_loss_mean": [2.00, 1.99, 1.90, 1.85, 2.01, np.nan]})
+    p = pd.DataFrame(1.0, index=list("abcde"), columns=list("abcde"))
+    for x, y, v in (("a", "c", 0.01), ("b", "c", 0.04), ("c", "e", 0.01), ("d", "c", 0.5), ("d", "a", 0.001),
+                    ("d", "b", 0.001), ("d", "e", 0.001), ("a", "e", 0.5)):
+        p.loc[x, y] = p.loc[y, x] = v
+    assert list(pareto_optimal(s["flops_per_token"], s["val_loss_mean"])) == [True, False, True, True, False, False]
+    # the staircase: a (best of the cheapest), then c (the cheapest map significantly better than a);
+    # d is not significantly better than c, b not than a; e is as cheap as a and no better
+    assert list(separated_front(s, p, alpha=0.05)) == [True, False, True, False, False, False]
+    assert list(separated_front(s, p, alpha=0.6)) == [True, False, True, True, False, False]  # d now beats c
+    p.loc["b", "a"] = p.loc["a", "b"] = 0.01  # b beats a too, but c is better at the same FLOPs: c is the step
+    assert list(separated_front(s, p, alpha=0.05)) == [True, False, True, False, False, False]
+    p.loc["c", "a"] = p.loc["a", "c"] = p.loc["c", "b"] = p.loc["b", "c"] = 0.2  # now only b separates from a
+    assert list(separated_front(s, p, alpha=0.05)) == [True, True, False, True, False, False]  # and d from b
+    p.loc["b", "c"] = p.loc["c", "b"] = 0.01  # ... but c, as cheap, beats b: no step at 2 FLOPs, d steps from a
+    assert list(separated_front(s, p, alpha=0.05)) == [True, False, False, True, False, False]
+    assert list(separated_front(s.iloc[:1], None, alpha=0.05)) == [True]  # one map: the front by itself
+
+
+def test_pareto_figure_groups_equal_flops_and_draws_no_map_past_the_budget(realistic):
+    _, rep = realistic
+    fig, s = rep.pareto_figure, rep.summary.dropna(subset=["mean"]).set_index("map")
+    x = _markers(fig)
+    assert set(x) == set(s.index) and len(set(x.values())) == len(x)  # every map drawn, no two on one spot
+    assert dict(zip(fig.layout.xaxis.ticktext, fig.layout.xaxis.tickvals)) == x  # each map labelled under itself
+    bands = [(sh.x0, sh.x1) for sh in fig.layout.shapes if sh.type == "rect"]
+    heads = {a.text.split(" ")[0]: a.x for a in fig.layout.annotations if a.name == "flops group"}
+    assert len(bands) == len(heads) == s["flops_per_token"].nunique()
+    for flops, group in s.groupby("flops_per_token"):
+        xs = sorted(x[m] for m in group.index)
+        assert xs == list(np.arange(xs[0], xs[0] + len(xs)))  # side by side, best first:
+        assert [x[m] for m in group.sort_values("mean").index] == xs
+        band = [b for b in bands if b[0] < xs[0] and xs[-1] < b[1]]
+        assert len(band) == 1 and band[0][0] < heads[f"{flops:,.0f}"] < band[0][1]  # one band, headed by its FLOPs
+        assert not [m for m in s.index if m not in group.index and band[0][0] < x[m] < band[0][1]]
+    line = [sh for sh in fig.layout.shapes if sh.type == "line" and sh.line.dash == "dash"]
+    assert len(line) == 1 and max(x.values()) < line[0].x0  # 900,000 covers every map
+
+
+def test_pareto_figure_puts_a_map_over_the_budget_beyond_the_line_and_the_rest_inside(tmp_path):
+    results = realistic_results()
+    flops = {"2,2,2,2|rope": 950_000, "3,2,2,1|rope": 900_000}  # one over the budget, one exactly at it
+    rep = write_report(make_study(tmp_path / "over", results, flops=flops, budget=900_000))
+    x, s = _markers(rep.pareto_figure), rep.summary.dropna(subset=["mean"]).set_index("map")
+    line = [sh.x0 for sh in rep.pareto_figure.layout.shapes if sh.type == "line"]
+    assert len(line) == 1
+    assert {m for m in x if x[m] > line[0]} == {"2,2,2,2"}
+    assert all(x[m] < line[0] for m in s.index if s.loc[m, "flops_per_token"] <= 900_000)
+
+
+def test_a_dearer_map_a_hair_better_at_p_1_is_not_drawn_on_the_front(tmp_path):
+    """The committed fairlr study's case: 1,2,1,1 costs 24 % more than 1,1,1,1 and is
+    0.2 ppl better at a corrected p the tests cannot reject; the front on means called it optimal."""
+    rng = np.random.default_rng(5)
+    seeds = rng.normal(0, 0.6, 5)
+    results = {"1,1,1,1|rope": list(np.round(11.8 + seeds + rng.normal(0, 0.5, 5), 3)),
+               "1,2,1,1|rope": list(np.round(11.6 + seeds + rng.normal(0, 0.5, 5), 3)),
+               "3,2,2,1|rope": list(np.round(13.0 + seeds + rng.normal(0, 0.05, 5), 3))}
+    folder = make_study(tmp_path / "noisy", results, budget=1_000_000)
+    rep = write_report(folder)
+    s = rep.summary.set_index("map")
+    assert s.loc["1,2,1,1", "mean"] < s.loc["1,1,1,1", "mean"] and s.loc["1,1,1,1", "p_vs_best"] > 0.05
+    assert s.loc["1,2,1,1", "pareto_optimal"] and not s.loc["1,2,1,1", "pareto_separated"]
+    assert s.loc["1,1,1,1", "pareto_separated"] and not s.loc["3,2,2,1", "pareto_separated"]
+    front = [t for t in rep.pareto_figure.data if t.name.startswith("Pareto front")]
+    assert len(front) == 1 and "what the seeds separate at α = 0.05" in front[0].name
+    assert list(front[0].x) == [_markers(rep.pareto_figure)["1,1,1,1"]]
+    page = rep.path.read_text(encoding="utf-8")
+    assert "<small>on means only</small>" in page
+    saved = pd.read_csv(folder / "summary.csv", dtype={"map": str}).set_index("map")
+    assert list(saved["pareto_separated"]) == list(s["pareto_separated"])
+
+
+def test_learning_curves_are_one_panel_per_map_with_distinct_colours_and_a_short_legend(realistic):
+    from searchmaps.report.figures import curves_figure
+    from searchmaps.report.summary import curve_table, successful
+
+    folder, rep = realistic
+    ok = successful(pd.read_csv(folder / "runs.csv", dtype={"map": str, "candidate": str, "curve": str}))
+    fig = curves_figure(curve_table(ok), rep.summary, "1,1,1,1|rope")
+    ranked = rep.summary.dropna(subset=["mean"])
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == [("★ " if t else "") + m for m, t in zip(ranked["map"], ranked["in_top_group"])]
+    panels = {}
+    for t in fig.data:
+        if t.mode and "lines" in t.mode and t.fill is None:
+            panels.setdefault(t.xaxis, []).append(t)
+    assert len(panels) == len(ranked)
+    for curves in panels.values():  # its own curve, the best map's and (but in the baseline's panel) the baseline's
+        assert len({c.line.color for c in curves}) == len(curves) and 2 <= len(curves) <= 3
+    own = [t.name for t in fig.data if t.hovertemplate]
+    assert len(own) == len(ranked)
+    entries = [t.name for t in fig.data if t.showlegend is not False]
+    assert sorted(entries) == sorted({"best map (mean)", "baseline (mean)", "top group map (mean ± 1 sd)",
+                                      "other map (mean ± 1 sd)"})
+    legend, height = fig.layout.legend, fig.layout.height
+    assert legend.orientation == "h" and legend.y > 1  # above the panels, one row, inside the top margin:
+    paper = height - fig.layout.margin.t - fig.layout.margin.b
+    assert (legend.y - 1) * paper + 25 < fig.layout.margin.t
+    six = rep.summary.dropna(subset=["mean"]).iloc[:6]  # 4 + 2 panels: columns 3 and 4 end in the first row
+    fig = curves_figure(curve_table(ok), six, "1,1,1,1|rope")
+    ticked = [k for k in fig.layout if k.startswith("xaxis") and fig.layout[k].title.text == "training tokens"
+              and fig.layout[k].showticklabels]
+    assert sorted(ticked) == ["xaxis3", "xaxis4", "xaxis5", "xaxis6"]

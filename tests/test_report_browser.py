@@ -40,6 +40,22 @@ def render(page: Path, profile: Path, screenshot: Path) -> tuple[str, str]:
     return out.stdout, out.stderr
 
 
+def legends_fit(body: str) -> int:
+    """Assert every figure's legend, as the browser laid it out, lies inside its figure and
+    has no scroll bar (plotly's sign of a legend taller than its room); returns how many."""
+    n = 0
+    for chunk in body.split('class="plotly-graph-div js-plotly-plot"')[1:]:
+        width, height = map(float, re.search(r'<svg class="main-svg"[^>]*width="([\d.]+)" height="([\d.]+)"',
+                                             chunk).groups())
+        for x, y, w, h in re.findall(r'<g class="legend"[^>]*transform="translate\(([-\d.]+),([-\d.]+)\)">'
+                                     r'<rect class="bg"[^>]*width="([\d.]+)" height="([\d.]+)"', chunk):
+            x, y, w, h = map(float, (x, y, w, h))
+            assert 0 <= x and x + w <= width and 0 <= y and y + h <= height, (x, y, w, h, width, height)
+            n += 1
+        assert not re.search(r'<rect class="scrollbar"[^>]*height="[1-9]', chunk)
+    return n
+
+
 def test_report_renders_in_chromium_without_errors(tmp_path):
     study = make_study(tmp_path / "ilr4-rope-b9e5", realistic_results(), budget=900_000)
     page = write_report(study).path
@@ -63,6 +79,11 @@ def test_report_renders_in_chromium_without_errors(tmp_path):
     for label in ("1,1,1,1", "2,1,1,1", "2,2,1,1", "3,2,2,1"):  # Pareto-optimal maps are labelled
         assert label in texts, texts[:40]
     assert "budget 900,000" in texts and "baseline" in texts and "top group" in texts
+    heads = [t for t in texts if re.fullmatch(r"\d{3},000( \(\d+\.\d% of budget\))?", t)]
+    assert [h.split(" ")[0] for h in heads] == ["400,000", "500,000", "600,000", "800,000"]  # equal-FLOPs bands
+    assert "800,000 (88.9% of budget)" in heads
+    assert "★ 4,2,1,1" in texts  # a learning-curve panel per map
+    assert legends_fit(body) == 2  # the Pareto figure's and the learning curves'
     assert shot.is_file() and shot.stat().st_size > 50_000  # a page with content, not a blank sheet
 
 
@@ -82,6 +103,7 @@ def test_a_ladder_reports_stability_figures_render_in_chromium(tmp_path):
     assert any(t.startswith("Validation loss vs horizon") for t in texts)
     assert any(t.startswith("target") for t in texts)  # the extrapolation's target line
     assert body.count('class="errorbar"') >= 3
+    assert legends_fit(body) >= 2
 
 
 def test_a_supernet_page_draws_its_front_and_its_validation_in_chromium(tmp_path):

@@ -1,5 +1,6 @@
-"""The report's figures (plotly only): the Pareto front, the significance matrix and the
-learning curves, each from the tables of :mod:`searchmaps.report.summary`."""
+"""The report's figures (plotly only): the Pareto front as far as the seeds separate it
+(:func:`separated_front`), the significance matrix and the learning curves, each from the
+tables of :mod:`searchmaps.report.summary`."""
 
 from __future__ import annotations
 
@@ -19,30 +20,73 @@ def _labels(summary: pd.DataFrame) -> pd.Series:
     return summary["map"].astype(str)
 
 
-def _dodge(x: pd.Series, y: pd.Series, gap: float) -> np.ndarray:
-    """Spread points that share an x sideways, ``gap`` apart and ordered by y, so their
-    error bars do not hide one another (many maps apply the same number of layers; hover
-    still shows the true FLOPs)."""
-    out = x.to_numpy(dtype=float).copy()
-    pos = {label: i for i, label in enumerate(x.index)}
-    for _, idx in x.groupby(x).groups.items():
-        for i, label in enumerate(y.loc[idx].sort_values(kind="stable").index):
-            out[pos[label]] += (i - (len(idx) - 1) / 2) * gap
-    return out
+def separated_front(summary: pd.DataFrame, pairwise: pd.DataFrame | None, alpha: float) -> pd.Series:
+    """The Pareto front as far as the seeds can tell, one bool per row of ``summary``: a
+    staircase that starts at the best map of the cheapest FLOPs and steps to the cheapest
+    map significantly better than the last step (the best mean where several at one FLOPs
+    are), never to a map a map as cheap beats significantly. Each step buys a difference
+    the statistics detect; nothing dearer than the last step is significantly better than
+    it. ``pairwise`` is the corrected p matrix of the top-group rule's family; "better" is
+    a lower ``val_loss_mean`` at corrected p ≤ ``alpha``. The front on means alone
+    (``pareto_optimal``) would call a dearer map optimal on a gap at p = 1. Maps without
+    results, or without a p, are never on it."""
+    s = summary[summary["n_seeds"] > 0].sort_values(["flops_per_token", "val_loss_mean"], kind="stable")
+    have = list(s["candidate"] if pairwise is None else s["candidate"][s["candidate"].isin(pairwise.index)])
+    if pairwise is None or not have:  # one candidate with results: nothing to separate it from
+        return summary["candidate"].isin(have[:1])
+    loss, flops = s.set_index("candidate")["val_loss_mean"], s.set_index("candidate")["flops_per_token"]
+
+    def better(a: str, b: str) -> bool:
+        return bool(pairwise.loc[a, b] <= alpha and loss[a] < loss[b])
+
+    steps = [have[0]]
+    for m in have[1:]:
+        if (flops[m] > flops[steps[-1]] and better(m, steps[-1])
+                and not any(better(c, m) for c in have if c != m and flops[c] <= flops[m])):
+            steps.append(m)
+    return summary["candidate"].isin(steps)
 
 
-def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | None, title: str):
-    """x: forward FLOPs/token, y: mean perplexity with 95 % CI bars; top group as red
-    stars, the Pareto front as a labelled step line, the budget as a dashed line."""
+def _header(flops: float, budget: float | None, width_px: float) -> str:
+    """A FLOPs band's header: the longest of exact FLOPs with the budget share, exact FLOPs,
+    or MFLOPs that fits ``width_px`` at about 6.5 px a character."""
+    texts = [f"{flops:,.0f} ({flops / budget:.1%} of budget)"] if budget else []
+    texts += [f"{flops:,.0f}", f"{flops / 1e6:.3g}M"]
+    return next((t for t in texts if 6.5 * len(t) <= width_px), texts[-1])
+
+
+def _positions(s: pd.DataFrame, budget: float | None) -> tuple[np.ndarray, list[tuple], float | None]:
+    """x of each row of ``s`` (sorted by FLOPs, then mean): one slot per map, a gap between
+    groups of equal FLOPs; the groups as (first x, last x, FLOPs); the budget line's x,
+    between the last map within the budget and the first beyond it (None without one)."""
+    x, groups, pos = np.zeros(len(s)), [], 0.0
+    for flops, idx in s.groupby("flops_per_token", sort=True).indices.items():
+        x[idx] = pos + np.arange(len(idx))
+        groups.append((pos, pos + len(idx) - 1, float(flops)))
+        pos += len(idx) + 0.6
+    line = None
+    if budget:
+        inside = x[s["flops_per_token"].to_numpy() <= budget]
+        line = (inside.max() + 0.8) if len(inside) else -0.8
+    return x, groups, line
+
+
+def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | None, title: str,
+                  alpha: float = 0.05):
+    """x: maps grouped by forward FLOPs/token (cheapest group left, each group a shaded
+    band headed by its FLOPs, best first within it; one tick label per map), y: mean
+    perplexity with 95 % CI bars; the top group as red stars; the front the seeds
+    separate (``summary["pareto_separated"]``, see :func:`separated_front`; without it
+    the front on means) as blue rings on a step line; the budget as a dashed line after the last map
+    within it. Maps with equal FLOPs share one x-band instead of being jittered, so no
+    map is drawn past the budget line it is within."""
     import plotly.graph_objects as go
 
-    s = summary[summary["n_seeds"] > 0].copy()
+    s = summary[summary["n_seeds"] > 0].sort_values(["flops_per_token", "mean"], kind="stable").reset_index(drop=True)
     s["label"] = _labels(s)
-    xs = [v for v in [*s["flops_per_token"], budget] if v is not None and np.isfinite(v)]
-    lo, hi = min(xs), max(xs)
-    pad = (hi - lo) * 0.08 or 0.1 * hi
-    per_x = int(s.groupby("flops_per_token").size().max())
-    s["x"] = _dodge(s["flops_per_token"], s["mean"], (hi - lo + pad) * min(0.018, 0.06 / per_x))
+    s["x"], groups, budget_x = _positions(s, budget)
+    separated = "pareto_separated" in s
+    s["front"] = s["pareto_separated"] if separated else s["pareto_optimal"]
     hover = ("<b>%{customdata[0]}</b> (PE %{customdata[1]})<br>%{customdata[2]} seeds<br>"
              "val ppl %{customdata[3]}<br>FLOPs/token %{customdata[6]}<br>vs best: %{customdata[4]}<br>"
              "vs reference: %{customdata[5]}<extra></extra>")
@@ -64,22 +108,34 @@ def pareto_figure(summary: pd.DataFrame, budget: float | None, reference: str | 
             hovertemplate=hover, marker=dict(color=color, symbol=symbol, size=size, line=dict(width=1, color="white")),
             error_y=dict(type="data", symmetric=False, array=(rows["ci_high"] - rows["mean"]).fillna(0),
                          arrayminus=(rows["mean"] - rows["ci_low"]).fillna(0), color=color, thickness=1.5, width=5)))
-    front = s[s["pareto_optimal"]].sort_values(["x", "mean"])
+    front = s[s["front"]]
     fig.add_trace(go.Scatter(
-        x=front["x"], y=front["mean"], mode="lines+markers+text", name="Pareto front",
-        text=front["label"], textposition="bottom right", textfont=dict(size=14, color=_FRONT), cliponaxis=False,
+        x=front["x"], y=front["mean"], mode="lines+markers",
+        name=f"Pareto front (what the seeds separate at α = {alpha:g})" if separated else "Pareto front (on means)",
         line=dict(shape="hv", dash="dot", color=_FRONT, width=1.5), hoverinfo="skip",
         marker=dict(symbol="circle-open", size=24, color=_FRONT, line=dict(width=2))))
+    xmax = max(s["x"].max(), budget_x if budget_x is not None else -1)
+    slot_px = 1100 / (xmax + 1.6)  # a map's share of the plot's width at the report's 1,280 px
+    for x0, x1, flops in groups:
+        fig.add_shape(type="rect", xref="x", yref="paper", x0=x0 - 0.45, x1=x1 + 0.45, y0=0, y1=1, layer="below",
+                      line=dict(width=0), fillcolor="#f0f0f0")
+        fig.add_annotation(x=(x0 + x1) / 2, y=1, xref="x", yref="paper", yanchor="top", showarrow=False,
+                           text=_header(flops, budget, (x1 - x0 + 0.9) * slot_px),
+                           font=dict(size=11, color="#444"), name="flops group")
     if reference is not None and reference in set(s["candidate"]):
         r = s[s["candidate"] == reference].iloc[0]
         fig.add_annotation(x=r["x"], y=r["mean"], text="baseline", showarrow=True, arrowhead=0,
-                           ax=-45, ay=-30, font=dict(size=12, color="#444"))
-    if budget:
-        fig.add_vline(x=budget, line=dict(dash="dash", color="#555", width=1.5), layer="below",
-                      annotation_text=f"budget {budget:,.0f}", annotation_position="top left")
-    fig.update_layout(**_LAYOUT, title=title, height=560, hovermode="closest",
+                           ax=-40, ay=-30, font=dict(size=12, color="#444"))
+    if budget_x is not None:
+        fig.add_vline(x=budget_x, line=dict(dash="dash", color="#555", width=1.5), layer="below",
+                      annotation_text=f"budget {budget:,.0f}", annotation_position="bottom left",
+                      annotation_textangle=-90)
+    fig.update_layout(**_LAYOUT, title=title, height=600, hovermode="closest",
                       legend=dict(orientation="h", yanchor="bottom", y=1.0, x=1, xanchor="right"))
-    fig.update_xaxes(title="forward FLOPs per token", range=[lo - pad, hi + 2.5 * pad], tickformat=",")
+    fig.update_layout(margin=dict(b=100))
+    fig.update_xaxes(title="maps grouped by forward FLOPs per token (band header), best first within a group",
+                     tickmode="array", tickvals=s["x"], ticktext=s["label"], tickangle=-45 if len(s) > 8 else 0,
+                     range=[-0.8, xmax + 0.8], showgrid=False, zeroline=False)
     fig.update_yaxes(title="validation perplexity (mean, 95 % CI)")
     return fig
 
@@ -102,35 +158,74 @@ def significance_figure(pairwise: pd.DataFrame, order: list[str], alpha: float):
     return fig
 
 
+CURVE_COLUMNS = 4  # panels per row of the learning curves
+
+
 def curves_figure(curves: pd.DataFrame, summary: pd.DataFrame, reference: str | None):
-    """Mean validation loss vs tokens per candidate, ± 1 sd across seeds as a band; with
-    many candidates only the top group and the baseline start visible (click the legend)."""
+    """Small multiples: one panel per candidate (ranking order, titled with its label, ★ for
+    the top group), its mean validation loss vs tokens with a ± 1 sd band across seeds, and
+    in every panel the best map's mean as a thin dashed line to read the gap against
+    (and the baseline's, dotted grey). Shared axes; a panel's own curve is red for the top
+    group and blue otherwise, so no two curves in a panel share a colour and the legend has
+    four entries at most whatever the number of maps; every column's lowest panel has its
+    token ticks."""
     import plotly.colors as pc
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
-    palette = pc.qualitative.Plotly + pc.qualitative.Dark24
-    shown = set(summary.loc[summary["in_top_group"], "candidate"]) | {reference}
-    fig = go.Figure()
     order = [c for c in summary["candidate"] if c in set(curves["candidate"])]
+    top = set(summary.loc[summary["in_top_group"], "candidate"])
+    labels = dict(zip(summary["candidate"], _labels(summary)))
+    mean = {c: g.groupby("tokens")["val_loss"].agg(["mean", "std"]).reset_index()
+            for c, g in curves.groupby("candidate")}
+    cols = min(CURVE_COLUMNS, len(order))
+    rows = -(-len(order) // cols)
+    fig = make_subplots(rows=rows, cols=cols, shared_xaxes="all", shared_yaxes="all", horizontal_spacing=0.03,
+                        vertical_spacing=min(0.12, 0.3 / rows),
+                        subplot_titles=[("★ " if c in top else "") + labels[c] for c in order])
+    best = order[0]
+    guides = [(best, "best map (mean)", "#222222", "dash")]
+    if reference is not None and reference in mean and reference != best:
+        guides.append((reference, "baseline (mean)", "#999999", "dot"))
+    legend = set()
     for i, cand in enumerate(order):
-        g = curves[curves["candidate"] == cand].groupby("tokens")["val_loss"].agg(["mean", "std"]).reset_index()
-        color = palette[i % len(palette)]
-        visible = True if len(order) <= 8 or cand in shown else "legendonly"
-        strong = cand in shown  # bands only for the top group and baseline: eight overlapping bands are a blur
-        if strong and g["std"].notna().any():
+        row, col = i // cols + 1, i % cols + 1
+        g = mean[cand]
+        color = _TOP if cand in top else _FRONT
+        name = "top group map (mean ± 1 sd)" if cand in top else "other map (mean ± 1 sd)"
+        band = g.dropna()
+        if len(band):
             r, gr, b = pc.hex_to_rgb(color)
-            band = g.dropna()
             fig.add_trace(go.Scatter(
                 x=[*band["tokens"], *band["tokens"][::-1]],
-                y=[*(band["mean"] + band["std"]), *(band["mean"] - band["std"])[::-1]],
-                fill="toself", fillcolor=f"rgba({r},{gr},{b},0.15)", line=dict(width=0), hoverinfo="skip",
-                legendgroup=cand, showlegend=False, visible=visible))
-        fig.add_trace(go.Scatter(x=g["tokens"], y=g["mean"], mode="lines+markers", name=cand, legendgroup=cand,
-                                 line=dict(color=color, width=2.5 if strong else 1.2, dash=None if strong else "dot"),
-                                 marker=dict(size=5 if strong else 3), visible=visible,
-                                 hovertemplate=f"{cand}<br>%{{x:,}} tokens<br>val loss %{{y:.4f}}<extra></extra>"))
-    fig.update_layout(**_LAYOUT, height=520, title="Learning curves: validation loss (mean ± 1 sd across seeds)")
-    fig.update_xaxes(title="training tokens", tickformat=",")
-    fig.update_yaxes(title="validation loss (nats/token)")
+                y=[*(band["mean"] + band["std"]), *(band["mean"] - band["std"])[::-1]], mode="lines",
+                fill="toself", fillcolor=f"rgba({r},{gr},{b},0.18)", line=dict(width=0), hoverinfo="skip",
+                showlegend=False), row=row, col=col)
+        for other, text, gcolor, dash in guides:
+            if other != cand:
+                o = mean[other]
+                fig.add_trace(go.Scatter(x=o["tokens"], y=o["mean"], mode="lines", name=text, legendgroup=text,
+                                         showlegend=text not in legend, hoverinfo="skip",
+                                         line=dict(color=gcolor, width=1.2, dash=dash)), row=row, col=col)
+                legend.add(text)
+        fig.add_trace(go.Scatter(x=g["tokens"], y=g["mean"], mode="lines+markers", name=name, legendgroup=name,
+                                 showlegend=name not in legend, line=dict(color=color, width=2.5),
+                                 marker=dict(size=4),
+                                 hovertemplate=f"{labels[cand]}<br>%{{x:,}} tokens<br>"
+                                               "val loss %{y:.4f}<extra></extra>"),
+                      row=row, col=col)
+        legend.add(name)
+    height, top_margin = 190 + 210 * rows, 130
+    paper = height - top_margin - _LAYOUT["margin"]["b"]
+    fig.update_layout(**_LAYOUT, height=height,
+                      title=dict(text="Learning curves: validation loss (mean ± 1 sd across seeds), one panel per map",
+                                 y=1 - 12 / height, yanchor="top"),
+                      legend=dict(orientation="h", yanchor="bottom", y=1 + 34 / paper, x=0, xanchor="left"))
+    fig.update_layout(margin=dict(t=top_margin))
+    fig.update_annotations(font=dict(size=13))
+    fig.update_xaxes(tickformat="~s")
+    for col in range(1, cols + 1):
+        last = rows if (rows - 1) * cols + col <= len(order) else rows - 1
+        fig.update_xaxes(title="training tokens", showticklabels=True, row=last, col=col)
+    fig.update_yaxes(title="val loss (nats)", col=1)
     return fig
-

@@ -24,7 +24,7 @@ def _table(head: list[str], rows: list[str]) -> str:
 
 def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
     head = ["#", "candidate", "FLOPs/token", "KV bytes/token", "seeds", "val ppl (mean ± 95 % CI)",
-            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", "top group", "Pareto"]
+            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", "top group", "Pareto front"]
 
     def delta(d, p, p2):
         if not np.isfinite(d):
@@ -32,6 +32,11 @@ def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
         if not np.isfinite(p):
             return "0 (itself)"
         return f"{d:+.3g} ({html.escape(p_eq(p))})<br><small>{second_name}: {html.escape(p_eq(p2))}</small>"
+
+    def front(r) -> str:  # the front the seeds separate; one on means alone says so
+        if r.get("pareto_separated", r["pareto_optimal"]):
+            return "✓"
+        return "<small>on means only</small>" if r["pareto_optimal"] else ""
 
     rows = []
     for i, r in enumerate(summary.to_dict("records"), 1):
@@ -41,7 +46,7 @@ def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
                  fmt_mean_ci(r["mean"], r["ci_low"], r["ci_high"]) if r["n_seeds"] else "failed",
                  delta(r["diff_to_best"], r["p_vs_best"], r[f"p_vs_best_{second_name}"]),
                  delta(r["diff_to_reference"], r["p_vs_reference"], r[f"p_vs_reference_{second_name}"]),
-                 "★" if r["in_top_group"] else "", "✓" if r["pareto_optimal"] else ""]
+                 "★" if r["in_top_group"] else "", front(r)]
         cls = ' class="top"' if r["in_top_group"] else ""
         rows.append(f"<tr{cls}>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
     return _table(head, rows)

@@ -14,7 +14,7 @@ import pandas as pd
 from .. import stats, topgroup
 from ..results import atomic_write_text, records_frame
 from . import horizons, supernet, tuning
-from .figures import curves_figure, pareto_figure, significance_figure
+from .figures import curves_figure, pareto_figure, separated_front, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
     TEST_NAMES,
@@ -112,6 +112,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     detail = res["rule_detail"]
     summary["rule_gap"] = summary["candidate"].map(detail.gap)
     summary["rule_allowance"] = summary["candidate"].map(detail.allowance)
+    summary["pareto_separated"] = separated_front(summary, res["pairwise"] if several else None, alpha)
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     tuned = tuning.tuning_table(records_frame(records))
     if tuned is not None:
@@ -139,13 +140,18 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     if planned_df is not None and res["family_size"]:
         result += family_sentences(planned_df, res["family_size"], res)
     pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"],
-                           f"{name}: validation perplexity vs forward FLOPs per token")
+                           f"{name}: validation perplexity vs forward FLOPs per token", alpha)
     figures = [("Pareto front", pareto,
-                "Lower and further left is better. Red stars: the top group (not significantly worse than the best); "
-                "blue rings joined by the dotted step line: Pareto-optimal maps; dashed line: the FLOP budget. "
-                "Error bars are each candidate's own CI; the tests are paired on seed, so differences can be "
-                "significant where bars overlap. Maps with equal FLOPs are spread slightly sideways; hover for "
-                "exact FLOPs, seeds and p-values.")]
+                "Lower and further left is better. Maps with equal FLOPs share a shaded band headed by their "
+                "FLOPs/token, best first; bands run from cheapest to dearest (evenly spaced, not to scale). Red "
+                "stars: the top group (not significantly worse than the best). Blue rings on the dotted step line: "
+                "the Pareto front as far as the seeds can tell: it starts at the best map of the cheapest FLOPs and "
+                "steps to the cheapest map significantly better than the last step (corrected p ≤ "
+                f"{alpha:g} in {family_label(res)}), so a dearer map with a lower mean the tests cannot tell apart is "
+                "not called optimal (the front on means alone is the pareto_optimal column of summary.csv). Dashed "
+                "line: the FLOP budget. Error bars are each "
+                "candidate's own CI; the tests are paired on seed, so differences can be significant where bars "
+                "overlap. Hover for exact FLOPs, seeds and p-values.")]
     order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
     if several:
         figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
@@ -155,8 +161,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     curves = curve_table(ok)
     if not curves.empty:
         figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
-                        "Validation loss during training, mean over seeds; the top group and the baseline are "
-                        "drawn solid with a ± 1 sd band, the rest dotted. Click a legend entry to hide or show it."))
+                        "Validation loss during training, one panel per map in ranking order (★: the top group), "
+                        "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
+                        "baseline's (dotted grey) to read the gap against. Axes are shared."))
     planned_html = ""
     if planned_df is not None:
         planned_html = (f"<h2>Planned comparisons</h2><p class=caption>Hypotheses named before the results "
