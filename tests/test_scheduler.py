@@ -237,7 +237,7 @@ def test_racing_rounds_wait_for_every_racer():
 
 
 def test_the_race_takes_its_last_look_with_every_seed():
-    """Alpha is split over the looks at 3..--seeds seeds (racing.py, README): the look at the
+    """Alpha is split over the looks at 3..--seeds seeds (racing.py, docs/search.md): the look at the
     last seed is one of them, so a map that only the full seeds separate is dropped there
     rather than kept unlooked-at."""
     noise_b, noise_c = [0.05, -0.05, 0.04, -0.03], [0.1, -0.1, 0.2, 0.0]

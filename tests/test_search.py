@@ -654,7 +654,7 @@ def wait_stopped(proc, timeout=240):
 
 
 def test_two_optimiser_drivers_each_end_with_the_whole_study(space_file, tmp_path, ray_env, postgres_url):
-    """The README's several-machines way with tpe: one storage, a results folder per
+    """docs/search.md's several-machines way with tpe: one storage, a results folder per
     driver. A starts and stops holding its first candidate; B starts, proposes the second
     and stops holding it; A goes on, trains its candidate and a third, and the study has
     its --trials 3: A must now wait for B's candidate, which A never proposed and which

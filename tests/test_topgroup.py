@@ -86,7 +86,7 @@ def test_hsd_keeps_the_familywise_error_with_equally_noisy_maps(k, n):
 @pytest.mark.parametrize("k, n", [(8, 5), (15, 3), (15, 10)])
 def test_hsd_under_heavy_tails_stays_below_ten_percent(k, n):
     """Student t with 3 df (heavy tails, equal scale): measured 0.05-0.09, above alpha with
-    15 maps; the README gives the figures."""
+    15 maps; docs/statistics.md gives the figures."""
     fwer, _ = _null("hsd", k, n, "t3", 400, np.random.default_rng(k * 100 + n))
     assert fwer <= 0.10 + 2.5 * math.sqrt(0.1 * 0.9 / 400), fwer
 

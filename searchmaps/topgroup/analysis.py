@@ -43,7 +43,7 @@ def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
 
 def variance_spread(mat: pd.DataFrame) -> float:
     """Largest over smallest per-map residual sd in the two-way layout, over the seeds all
-    maps share (a pooled rule assumes them equal; see the README for what unequal noise
+    maps share (a pooled rule assumes them equal; see docs/statistics.md for what unequal noise
     does to it)."""
     block = complete_block(mat).to_numpy(dtype=float)
     n, k = block.shape
