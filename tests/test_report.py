@@ -787,7 +787,7 @@ def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
 
 def test_the_terminal_summary_says_it_too():
     """searchmaps.run's summary prints the same noise sentence as the report, without markup."""
-    from searchmaps.run import top_group_lines
+    from searchmaps.report.terminal import top_group_lines
     from searchmaps.stats import to_matrix
 
     rows = [{"candidate": c, "seed": s, "val_loss": float(np.log(v)), "val_ppl": v}

@@ -563,10 +563,10 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
     from types import SimpleNamespace
 
     from searchmaps.results import RunRecord, Status
-    from searchmaps.run import _progress_bar
+    from searchmaps.report.terminal import ProgressBar
 
     plan = SimpleNamespace(study="s", ladder=True, promote=False, rungs=3)
-    bar = _progress_bar(plan, quiet=False)
+    bar = ProgressBar(plan, quiet=False)
     bar.start(2 * 3)  # two (candidate, seed) trainings, three rungs each
     totals = []
     for seed, remaining_during in ((0, 2), (1, 1)):
