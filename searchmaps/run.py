@@ -17,7 +17,7 @@ import sys
 
 from . import flops
 from .cli import build_plan, build_search_parser, check_supernet_args, fail
-from .config import ConfigError
+from .config import ConfigError, parse_planned
 from .data import DataError
 from .plan import SearchPlan
 from .search import EXIT_INTERRUPTED, headline, run_search
@@ -56,13 +56,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_candidates(plan: SearchPlan, out=sys.stdout) -> None:
-    """--dry-run: every candidate with its costs."""
+    """--dry-run: every candidate with its costs, and the planned comparisons."""
     print(f"{'map':<20} {'pe':<8} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
     for pe in plan.pes:
         for m in feasible_maps(plan.space, plan.budget_flops):
             cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe)
             print(f"{str(m):<20} {pe:<8} {m.applied_layers:>7} {flops.flops_per_token(cfg):>13,} "
                   f"{flops.kv_bytes_per_token(cfg):>15,}", file=out)
+    if plan.planned and plan.candidates is not None:  # as the report will test them
+        pairs = parse_planned(plan.planned, plan.candidates)
+        print("planned comparisons: " + "; ".join(f"{a.label} vs {b.label}" for a, b in pairs), file=out)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import record
 
 from searchmaps.config import Candidate, ReuseMap
 from searchmaps.results import (COLUMNS, ResultsError, RunRecord, RunsFile, Status, perplexity, read_runs,
@@ -15,12 +16,12 @@ from searchmaps.results import (COLUMNS, ResultsError, RunRecord, RunsFile, Stat
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "ilr-table1-rope-tokens" / "runs.csv"
 
 
-def rec(seed=0, m="4,2,1,1", status="ok", run_id=None, loss=2.5):
-    return RunRecord(run_id=run_id or f"id-{m}-{seed}-{status}", map=m, pe="rope", seed=seed, status=Status(status),
-                     config_hash="abc", val_loss=loss, val_ppl=perplexity(loss), curve=({"step": 1, "tokens": 8,
-                                                                                          "val_loss": loss},),
-                     config={"model.n_layers": 4, "model.reuse": m, "train.tokens": None, "train.compile": True,
-                             "train.lr": 0.003})
+def rec(seed=0, m="4,2,1,1", run_id=None):
+    """A record with a curve and config values of every kind, its run_id fixed by map and seed."""
+    return record(m, seed, loss=2.5, run_id=run_id or f"id-{m}-{seed}-ok", config_hash="abc",
+                  curve=({"step": 1, "tokens": 8, "val_loss": 2.5},),
+                  config={"model.n_layers": 4, "model.reuse": m, "train.tokens": None, "train.compile": True,
+                          "train.lr": 0.003})
 
 
 def test_a_record_survives_json_and_csv_unchanged(tmp_path):
