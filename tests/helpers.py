@@ -49,15 +49,16 @@ def record(cand: Candidate | str = "1,1", seed: int = 0, ppl: float | None = Non
     return RunRecord(**{**base, **fields})
 
 
-def run_cli(module: str, *args, env=None, timeout: float = 600, popen: bool = False):
+def run_cli(module: str, *args, env=None, timeout: float = 600, popen: bool = False, **kw):
     """``python -m searchmaps.MODULE ARGS`` in a fresh process from the repository root, its
     output captured as text: the finished :class:`subprocess.CompletedProcess`, or with
-    ``popen`` the running :class:`subprocess.Popen` (in a session of its own, to signal)."""
+    ``popen`` the running :class:`subprocess.Popen` (in a session of its own, to signal);
+    ``kw`` goes to :mod:`subprocess` (``preexec_fn`` to limit the process)."""
     cmd = [sys.executable, "-m", f"searchmaps.{module}", *map(str, args)]
     if popen:
         return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT)
+                                start_new_session=True, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, **kw)
 
 
 # =========================================================================== statistics, racing, report

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import run_cli
+from helpers import record, run_cli
 from optuna.trial import TrialState
 
 from searchmaps import flops
@@ -560,7 +560,6 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
     scheduler's ``remaining``: the bar's total must not grow with every rung."""
     from types import SimpleNamespace
 
-    from searchmaps.results import RunRecord, Status
     from searchmaps.report.terminal import ProgressBar
 
     plan = SimpleNamespace(study="s", ladder=True, promote=False, rungs=3)
@@ -569,8 +568,7 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
     totals = []
     for seed, remaining_during in ((0, 2), (1, 1)):
         for rung in range(3):
-            row = RunRecord(run_id=f"{seed}{rung}", map="1,1", pe="rope", seed=seed, status=Status.OK,
-                            config_hash="h", rung=rung, val_loss=1.0)
+            row = record("1,1", seed, loss=1.0, rung=rung)
             bar.on_row(row, remaining_during - (rung == 2))  # the last rung completes the training
             totals.append(bar.bar.total)
     bar.close()
