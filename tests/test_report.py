@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ROOT, make_study, realistic_results, run_cli, study_info, study_records
+from helpers import ROOT, make_study, realistic_results, record, run_cli, study_info, study_records
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -775,6 +775,23 @@ def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
     info = json.loads((folder / "study.json").read_text())
     (folder / "study.json").write_text(json.dumps({**info, "racing": False}))
     assert "the race dropped" not in result_text(write_report(folder).path.read_text(encoding="utf-8"))
+
+
+def test_the_terminal_summary_lists_the_rows_the_report_tests(capsys):
+    """searchmaps.run's table reads the report's rows: a finite loss whose perplexity
+    overflows is a result (it once filtered on a finite perplexity and left it out)."""
+    from types import SimpleNamespace
+
+    from searchmaps.report.terminal import summarise
+
+    plan = SimpleNamespace(workers=1, ladder=(), racing=False, top_group_rule=DEFAULT_RULE, alpha=0.05)
+    progress = SimpleNamespace(trainings=0, train_s=0.0, recovered=0, rebuilt=0, not_rebuilt=[])
+    rows = study_records({"1,1|rope": [3.0, 3.1, 2.9], "2,1|rope": [2.5, 2.6, None]})
+    rows += [record("3,1", s, loss=800.0 + s) for s in range(3)]
+    summarise(plan, progress, rows, 0.0)
+    table = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:4]}
+    assert sorted(table) == ["1,1|rope", "2,1|rope", "3,1|rope"]
+    assert table["2,1|rope"][2] == "2" and table["3,1|rope"][2:4] == ["3", "inf"]  # seeds, mean ppl
 
 
 def test_the_terminal_summary_says_it_too():
