@@ -1,16 +1,24 @@
-"""Command-line pieces shared by ``searchmaps.train``, ``searchmaps.run`` and
-``searchmaps.report``: flag definitions, number parsing, device choice, and the one-line
-error that exits 2. Importing it does not import torch (the report's CLI never needs it)."""
+"""Command-line pieces shared by ``searchmaps.train``, ``searchmaps.run``,
+``searchmaps.supernet`` and ``searchmaps.report``: flag definitions, number parsing, device
+choice, the search parser and its plan, and the one-line error that exits 2. Importing it
+does not import torch (the report's CLI never needs it). No library module imports it."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import sys
+from pathlib import Path
 
-from .config import (COOLDOWN_SHAPES, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES, ModelConfig, ReuseMap,
-                     TrainConfig, TrialSpec)
+from .config import (COOLDOWN_SHAPES, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES, ConfigError, ModelConfig,
+                     ReuseMap, TrainConfig, TrialSpec)
+from .device import resolve_device
+from .plan import SearchPlan, check_study_name
+from .samplers import AUTO, SAMPLER_CHOICES
+from .spaces import builtin_spaces, load_space
+from .topgroup import DEFAULT_RULE, RULES
 
 EXIT_USAGE = 2
 
@@ -181,11 +189,150 @@ def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | 
     n_layers = args.layers if args.layers is not None else ModelConfig.n_layers
     reuse = ReuseMap.parse(args.map, n_layers)
     model = ModelConfig(pe=args.pe, reuse=reuse, vocab_size=vocab_size, **model_overrides(args))
-    from .train import resolve_device  # train imports torch; keep this module light
-
     device = resolve_device(args.device)
     train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
                             compile=resolve_compile(args.compile, device), **train_overrides(args))
     return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
                      threads=args.threads, device=device)
 
+
+# --------------------------------------------------------------------------- the search command
+
+
+def build_search_parser() -> Parser:
+    """The flags of ``searchmaps.run`` (``searchmaps.supernet`` adds its own to them)."""
+    p = Parser(prog="searchmaps.run",
+               description="Search reuse maps under a FLOP budget: Optuna drives, Ray Tune trains, seeds are compared.")
+    p.add_argument("--space", default="ilr4",
+                   help=f"built-in space ({', '.join(builtin_spaces())}) or a path to a space .toml (default ilr4)")
+    p.add_argument("--budget-flops", type=number, required=True,
+                   help="ceiling on forward FLOPs per token; only maps at or under it are candidates")
+    p.add_argument("--pe", default=None,
+                   help=f"positional encoding(s), comma-separated: {', '.join(POSITIONAL_ENCODINGS)} (default: the space's)")
+    p.add_argument("--seeds", type=int, default=None, help="seeds per candidate (default: the space's)")
+    p.add_argument("--sampler", choices=SAMPLER_CHOICES, default=AUTO,
+                   help="auto: grid when at most 32 candidates fit the budget, else uniform random over the feasible maps")
+    p.add_argument("--trials", type=int, default=None,
+                   help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
+    p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler (random/tpe/nsga2)")
+    p.add_argument("--racing", action="store_true",
+                   help="start every candidate with --race-start-seeds seeds; after each round drop those the "
+                        "top-group rule leaves out; survivors get one more seed, up to --seeds, until one is left")
+    p.add_argument("--lr-grid", type=numbers, default=None, metavar="A,B,C",
+                   help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
+                        "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
+    p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
+    p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
+                   help=f"the rule that picks the top group, for racing, promotion and the report (default "
+                        f"{DEFAULT_RULE}: {RULES[DEFAULT_RULE].help}; calibrated when maps differ in seed noise, "
+                        f"benchmarks/README.md)")
+    p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
+    p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
+    h = p.add_argument_group("protocol").add_mutually_exclusive_group()
+    h.add_argument("--tokens", type=counts, default=None,
+                   help="training tokens per run, the same for every map (default: the space's); a comma list "
+                        "(3e5,1.2e6,4.8e6) is a horizon ladder one training serves (needs --schedule wsd)")
+    h.add_argument("--train-flops", type=numbers, default=None,
+                   help="training FLOPs per run, the same for every map: heavier maps see fewer tokens; a comma "
+                        "list is a ladder")
+    p.add_argument("--target-tokens", type=number, default=None, metavar="N",
+                   help="with a ladder: the horizon the report extrapolates each map's fitted loss curve to (tokens; "
+                        "training FLOPs for --train-flops; default: the space's published horizon, else 10x the last)")
+    p.add_argument("--promote", action="store_true",
+                   help="statistical successive halving along the ladder: after each horizon only the candidates "
+                        "in its top group go on (their runs continue from a saved state)")
+    g = p.add_argument_group("proxy overrides (default: the space's)")
+    g.add_argument("--batch-size", type=int, default=None)
+    g.add_argument("--lr", type=number, default=None)
+    add_schedule_args(g)
+    g.add_argument("--eval-tokens", type=count, default=None)
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
+    g.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    add_model_args(p)
+    add_runtime_args(p)
+    o = p.add_argument_group("study, storage and Ray")
+    o.add_argument("--study", default=None, help="study name (default: derived from space, PEs, budget, protocol)")
+    o.add_argument("--results-dir", default="results", help="where results/<study>/ goes (default results)")
+    o.add_argument("--storage", default=None,
+                   help="Optuna storage URL shared by several machines (default sqlite:///results/<study>/optuna.db)")
+    o.add_argument("--ray-address", default=None, help="join a Ray cluster: auto or HOST:PORT (default: start Ray locally)")
+    o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
+    o.add_argument("--cpus-per-trial", type=number, default=1.0)
+    o.add_argument("--gpus-per-trial", type=number, default=0.0, help="a fraction lets several proxies share one GPU")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
+                   help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
+                        "(checked before anything trains, stored in study.json; corrected over these only)")
+    p.add_argument("--maps", nargs="+", default=None, metavar="MAP",
+                   help="train exactly these maps of the space (e.g. 4,2,1,1 2,2,2,2 block:2) instead of sampling")
+    w = p.add_argument_group("weight-sharing supernet (searchmaps.supernet)")
+    w.add_argument("--prescreen", choices=("supernet",), default=None,
+                   help="train a supernet over every feasible map first and keep only the --keep it scores best "
+                        "(plus the baseline) for the seeded stand-alone study")
+    w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
+    w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
+    w.add_argument("--sampling", choices=("uniform", "sandwich"), default="uniform",
+                   help="the map each supernet step runs: uniform over the feasible maps, or sandwich (the cheapest, "
+                        "the most expensive and a random one in turn)")
+    p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    return p
+
+def build_plan(args: argparse.Namespace) -> SearchPlan:
+    """Flags of :func:`build_search_parser` -> a checked :class:`SearchPlan` (the corpus is
+    loaded for its fingerprint, except with --dry-run)."""
+    if args.study is not None:
+        check_study_name(args.study)  # before anything is read or made
+    space = load_space(args.space)
+    if args.layers is not None and args.layers != space.model.n_layers:
+        raise ConfigError(f"--layers {args.layers} differs from space {space.name} ({space.model.n_layers} layers); "
+                          f"write a space file for another depth")
+    device = resolve_device(args.device)
+    train = train_overrides(args)
+    train["precision"] = resolve_precision(args.precision, device)
+    train["compile"] = resolve_compile(args.compile, device)
+    model = {k: v for k, v in model_overrides(args).items() if k != "n_layers"}
+    space = space.with_overrides(model=model, train=train)
+    pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
+    common = dict(space=space, budget_flops=args.budget_flops, pes=pes, seeds=args.seeds, study="-",
+                  results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
+                  storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
+                  gpus_per_trial=args.gpus_per_trial, threads=args.threads, device=device,
+                  search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
+                  alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
+                  promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
+                  lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
+                  maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())))
+    plan = SearchPlan(**common)  # checks every setting before the data is read
+    study = args.study or default_study_name(plan)
+    check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
+    if args.dry_run:
+        return dataclasses.replace(plan, study=study)
+    from .data import check_fits, load_corpus  # data imports torch
+
+    corpus = load_corpus(args.data, vocab_size=args.vocab_size)
+    check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
+    return dataclasses.replace(plan, study=study, data=corpus.name,
+                               vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)
+
+
+def parse_map(text: str, n_layers: int, flag: str) -> ReuseMap:
+    """:meth:`ReuseMap.parse`, its error naming ``flag`` (it names --map, searchmaps.train's)."""
+    try:
+        return ReuseMap.parse(text, n_layers)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {str(exc).removeprefix('--map: ').removeprefix('--map ')}") from None
+
+def check_supernet_args(args: argparse.Namespace) -> None:
+    """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet)."""
+    if args.supernet_seeds < 1:
+        raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
+    if args.keep < 1:
+        raise ConfigError(f"--keep must be at least 1, got {args.keep}")
+
+def default_study_name(plan: SearchPlan) -> str:
+    t = plan.space.train
+    horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
+    if plan.ladder:
+        horizon += f"-to{plan.ladder[-1]:.0e}"
+    return f"{plan.space.name}-{'-'.join(plan.pes)}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from . import faults
-from .ledger import HEARTBEAT_S, Ledger, StorageFault, storage_fault
+from .ledger import HEARTBEAT_S, Ledger, storage_fault
 from .plan import SearchPlan
 from .results import Role, RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit

@@ -324,6 +324,34 @@ def records_frame(records: Iterable[RunRecord]):
     return pd.DataFrame(rows, columns=COLUMNS + ["lr"])
 
 
+# --------------------------------------------------------------------------- the rows the statistics use
+
+STATISTICS_METRIC = "val_loss"  # the scale of every test, top group and detectable difference (nats)
+
+
+def last_horizon(frame):
+    """The ``eval`` rows of a :func:`records_frame` (never the tuning seeds) at the highest
+    rung any of them reached (a study without a horizon ladder has only rung 0)."""
+    rows = frame[frame["role"] == "eval"]
+    return rows[rows["rung"] == rows["rung"].max()].reset_index(drop=True) if len(rows) else rows
+
+
+def successful(frame):
+    """Of ``frame``'s rows, those that ended ``ok`` with a finite :data:`STATISTICS_METRIC`,
+    one per (candidate, seed) (the last, should a row ever have been appended twice)."""
+    import numpy as np
+
+    ok = frame[(frame["status"] == "ok") & np.isfinite(frame[STATISTICS_METRIC].astype(float))]
+    return ok.drop_duplicates(["candidate", "seed"], keep="last").reset_index(drop=True)
+
+
+def statistics_rows(frame):
+    """The rows the statistics use, the one definition the report, the terminal summary and
+    the supernet's validation read: ``eval`` rows of the last horizon that ended ``ok`` with
+    a finite validation loss, one per (candidate, seed)."""
+    return successful(last_horizon(frame))
+
+
 # --------------------------------------------------------------------------- runs.csv
 
 

@@ -4,14 +4,62 @@ one section per subject."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
-from searchmaps.results import RunRecord, RunsFile, Status
+from searchmaps.config import Candidate, ModelConfig, TrainConfig, TrialSpec
+from searchmaps.results import RunRecord, RunsFile, Status, perplexity
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository
+
+# =========================================================================== result records and commands
+
+_ids = itertools.count()
+
+
+def record(cand: Candidate | str = "1,1", seed: int = 0, ppl: float | None = None, status: str = "ok", *,
+           loss: float | None = None, pe: str = "rope", rung: int = 0, role: str = "eval",
+           run_id: str | None = None, **fields) -> RunRecord:
+    """One result record without training, the one factory of the tests. ``cand`` a
+    :class:`Candidate` or a map (``pe`` then names the PE); the validation loss is ``loss``
+    nats or ``ln ppl`` (default perplexity 10), NaN with its perplexity unless ``status``
+    is ok; ``run_id`` defaults to one no other record of the session has; ``config`` holds
+    the map's depth (pass ``config`` for a block map given as text); any other
+    :class:`RunRecord` field comes from ``fields``."""
+    if isinstance(cand, Candidate):
+        m, pe, depth = str(cand.reuse), cand.pe, len(cand.reuse.repeats)
+    else:
+        m, depth = cand, len(cand.split(","))  # a block map's depth: give config=
+    ok = status == "ok"
+    if loss is None:
+        ppl = 10.0 if ppl is None else ppl
+        loss, shown = (math.log(ppl), ppl) if ok else (math.nan, math.nan)
+    else:
+        loss = loss if ok else math.nan
+        shown = perplexity(loss)
+    base = dict(run_id=run_id or f"r{next(_ids)}", map=m, pe=pe, seed=seed, status=Status(status), config_hash="h",
+                rung=rung, role=role, val_loss=loss, val_ppl=shown, config={"model.n_layers": depth})
+    return RunRecord(**{**base, **fields})
+
+
+def run_cli(module: str, *args, env=None, timeout: float = 600, popen: bool = False, **kw):
+    """``python -m searchmaps.MODULE ARGS`` in a fresh process from the repository root, its
+    output captured as text: the finished :class:`subprocess.CompletedProcess`, or with
+    ``popen`` the running :class:`subprocess.Popen` (in a session of its own, to signal);
+    ``kw`` goes to :mod:`subprocess` (``preexec_fn`` to limit the process)."""
+    cmd = [sys.executable, "-m", f"searchmaps.{module}", *map(str, args)]
+    if popen:
+        return subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True, **kw)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, **kw)
+
 
 # =========================================================================== statistics, racing, report
 
@@ -99,14 +147,13 @@ def study_records(results: dict, flops: dict | None = None, errors: dict | None 
             ok = ppl is not None
             loss = math.log(ppl) if ok else float("nan")
             curve = tuple({"step": k, "tokens": 512 * k, "val_loss": loss + 0.5 / k} for k in range(1, 5)) if ok else ()
-            out.append(RunRecord(
-                run_id=f"{cand}-{seed}-{rung}-{role}", map=m, pe=pe, seed=seed, rung=rung, role=role,
-                status=Status.OK if ok else Status.FAILED, config_hash=f"h{cand}", study=study,
+            out.append(record(
+                m, seed, ppl, "ok" if ok else "failed", pe=pe, rung=rung, role=role,
+                run_id=f"{cand}-{seed}-{rung}-{role}", config_hash=f"h{cand}", study=study,
                 error="" if ok else (errors or {}).get(cand, "non-finite training loss (nan) at step 3"),
-                val_loss=loss, val_ppl=ppl if ok else float("nan"), train_loss=loss,
-                flops_per_token=(flops or {}).get(cand, 100_000 * applied), kv_bytes_per_token=128 * applied,
-                applied_layers=applied, n_params=41_120, tokens=2048, train_flops=5e8, curve=curve, wall_s=1.0,
-                config={"model.n_layers": len(m.split(",")), "seed": seed}))
+                train_loss=loss, flops_per_token=(flops or {}).get(cand, 100_000 * applied),
+                kv_bytes_per_token=128 * applied, applied_layers=applied, n_params=41_120, tokens=2048,
+                train_flops=5e8, curve=curve, wall_s=1.0, config={"model.n_layers": len(m.split(",")), "seed": seed}))
     return out
 
 

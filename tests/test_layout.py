@@ -1,6 +1,8 @@
 """The house: modules import only downward (the order below, which docs/architecture.md
-follows), nothing imports in a circle, Ray and Optuna stay in their
-rooms, and no module reaches into another's private names or Optuna's."""
+follows), nothing imports in a circle, no library module imports a
+command module and no room (a package with its ``__main__``) imports anything that imports
+it back, Ray and Optuna stay in their rooms, and no module reaches into another's private
+names or Optuna's."""
 
 import ast
 from pathlib import Path
@@ -8,13 +10,17 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["encodings", "config", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats",
+ORDER = ["encodings", "config", "device", "flops", "faults", "model", "data", "schedule", "spaces", "results", "stats",
          "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
          "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
          "topgroup", "racing", "stability",
-         "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "samplers", "plan", "report.sentences", "report.figures", "report.summary",
-         "report.page", "report.horizons", "report.tuning", "report.supernet", "report.write", "report", "study", "driver", "executor", "cli", "train.__main__",
-         "report.__main__", "run", "supernet.__main__"]
+         "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "samplers", "plan",
+         "supernet.prescreen", "report.sentences",
+         "report.figures", "report.summary", "report.page", "report.horizons", "report.tuning", "report.supernet",
+         "report.write", "report", "report.terminal", "study", "driver", "executor",
+         "cli", "search", "train.__main__", "report.__main__", "run", "supernet.__main__"]
+# the command layer: flags, exit codes and the terminal; a library module never imports one
+COMMANDS = {"cli", "search", "run"}
 ONLY_HERE = {"ray": {"executor"}, "optuna": {"study"}, "optuna_dashboard": {"study"}}
 
 
@@ -71,6 +77,45 @@ def test_imports_run_down_only_so_there_is_no_circle():
             if rank[target] >= rank[name]:
                 wrong.append(f"{name} -> {target}")
     assert not wrong, wrong
+
+
+def is_command(name: str) -> bool:
+    return name in COMMANDS or name.endswith("__main__")
+
+
+def room(name: str) -> str:
+    """The room a module belongs to: its top-level module or package, ``__main__`` included."""
+    return name.split(".")[0]
+
+
+def test_no_library_module_imports_a_command_module():
+    wrong = [f"{name} -> {target}" for name, path in MODULES.items() if not is_command(name)
+             for target, _, _ in imports(name, path) if target is not None and is_command(target)]
+    assert not wrong, wrong
+
+
+def test_no_room_imports_what_imports_it_back():
+    """A package's ``__main__`` importing a module that imports the package's library is an
+    arrow back up the layout (train.__main__ -> cli -> train once): rooms form no circle."""
+    graph = {}
+    for name, path in MODULES.items():
+        for target, _, _ in imports(name, path):
+            if target is not None and room(target) != room(name):
+                graph.setdefault(room(name), set()).add(room(target))
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), [start]
+        while todo:
+            r = todo.pop()
+            if r == goal:
+                return True
+            if r not in seen:
+                seen.add(r)
+                todo += graph.get(r, ())
+        return False
+
+    back = sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets if reaches(b, a))
+    assert not back, back
 
 
 def test_ray_and_optuna_are_imported_only_in_their_rooms():

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import make_study, realistic_results, study_info, study_records
+from helpers import ROOT, make_study, realistic_results, record, run_cli, study_info, study_records
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -30,14 +30,6 @@ from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
 from searchmaps.topgroup import DEFAULT_RULE, top_group
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def cli(*args, timeout=120):
-    """``python -m searchmaps.report ARGS`` in a fresh process."""
-    return subprocess.run([sys.executable, "-m", "searchmaps.report", *map(str, args)], capture_output=True,
-                          text=True, timeout=timeout, cwd=ROOT)
 
 
 def result_text(page: str) -> str:
@@ -274,7 +266,7 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     folder = tmp_path / "ilr-table1-rope-flops"
     shutil.copytree(ROOT / "results" / "ilr-table1-rope-flops", folder)
     before = (folder / "runs.csv").read_bytes()
-    out = cli(folder, "--planned", "4,2,1,1:2,2,2,2", "4,2,1,1:3,2,2,1", "all:1,1,1,1", "--no-attach")
+    out = run_cli("report", folder, "--planned", "4,2,1,1:2,2,2,2", "4,2,1,1:3,2,2,1", "all:1,1,1,1", "--no-attach")
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert (folder / "runs.csv").read_bytes() == before
     assert len(pd.read_csv(folder / "summary.csv")) == 11 and len(pd.read_csv(folder / "planned.csv")) == 12
@@ -326,7 +318,7 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
 def test_an_exact_test_that_cannot_reject_is_said_loudly(realistic, tmp_path, test):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
-    out = cli(folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach", "--top-group", "holm")
+    out = run_cli("report", folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach", "--top-group", "holm")
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.report: warning: "), out.stderr
@@ -356,7 +348,7 @@ def test_an_exact_test_that_can_reject_gives_no_warning(tmp_path):
 def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
-    out = cli(folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
+    out = run_cli("report", folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
               "2,1,1,1", "--top-group", "holm", "--no-attach")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder / "report.html")
@@ -382,7 +374,7 @@ def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path)
     storage = f"sqlite:///{folder}/optuna.db"
     optuna.create_study(study_name="ilr4", storage=storage, directions=["minimize", "minimize"])
     for _ in range(2):  # a second report replaces the figure instead of adding another
-        out = cli(folder)
+        out = run_cli("report", folder)
         assert out.returncode == 0 and out.stderr == "", out.stderr
     assert list(graphs(storage)) == [GRAPH_ID]
     fig = json.loads(graphs(storage)[GRAPH_ID])
@@ -396,10 +388,10 @@ def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path)
     info = json.loads((folder / "study.json").read_text())
     info["storage"] = "postgresql://searchmaps:***@db.example/searchmaps"
     (folder / "study.json").write_text(json.dumps(info))
-    out = cli(folder)
+    out = run_cli("report", folder)
     assert out.returncode == 0 and "--storage" in out.stderr and len(out.stderr.strip().splitlines()) == 1
     assert (folder / "report.html").is_file()
-    out = cli(folder, "--storage", storage)
+    out = run_cli("report", folder, "--storage", storage)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert list(graphs(storage)) == [GRAPH_ID]
 
@@ -454,7 +446,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, what):
         folders[kind] = make_study(tmp_path / kind, {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})
         corrupt(kind, folders[kind])
     argv = [a.format(tmp=tmp_path, **folders) for a in args]
-    out = cli(*argv, timeout=60)
+    out = run_cli("report", *argv, timeout=60)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.report: error: "), out.stderr
@@ -787,9 +779,26 @@ def test_a_map_the_race_dropped_is_not_readmitted_silently(tmp_path):
     assert "the race dropped" not in result_text(write_report(folder).path.read_text(encoding="utf-8"))
 
 
+def test_the_terminal_summary_lists_the_rows_the_report_tests(capsys):
+    """searchmaps.run's table reads the report's rows: a finite loss whose perplexity
+    overflows is a result (it once filtered on a finite perplexity and left it out)."""
+    from types import SimpleNamespace
+
+    from searchmaps.report.terminal import summarise
+
+    plan = SimpleNamespace(workers=1, ladder=(), racing=False, top_group_rule=DEFAULT_RULE, alpha=0.05)
+    progress = SimpleNamespace(trainings=0, train_s=0.0, recovered=0, rebuilt=0, not_rebuilt=[])
+    rows = study_records({"1,1|rope": [3.0, 3.1, 2.9], "2,1|rope": [2.5, 2.6, None]})
+    rows += [record("3,1", s, loss=800.0 + s) for s in range(3)]
+    summarise(plan, progress, rows, 0.0)
+    table = {line.split()[0]: line.split() for line in capsys.readouterr().out.splitlines()[1:4]}
+    assert sorted(table) == ["1,1|rope", "2,1|rope", "3,1|rope"]
+    assert table["2,1|rope"][2] == "2" and table["3,1|rope"][2:4] == ["3", "inf"]  # seeds, mean ppl
+
+
 def test_the_terminal_summary_says_it_too():
     """searchmaps.run's summary prints the same noise sentence as the report, without markup."""
-    from searchmaps.run import top_group_lines
+    from searchmaps.report.terminal import top_group_lines
     from searchmaps.stats import to_matrix
 
     rows = [{"candidate": c, "seed": s, "val_loss": float(np.log(v)), "val_ppl": v}

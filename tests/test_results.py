@@ -7,20 +7,21 @@ import shutil
 from pathlib import Path
 
 import pytest
+from helpers import record
 
 from searchmaps.config import Candidate, ReuseMap
 from searchmaps.results import (COLUMNS, ResultsError, RunRecord, RunsFile, Status, perplexity, read_runs,
-                                records_frame)
+                                records_frame, statistics_rows)
 
 COMMITTED = Path(__file__).resolve().parent.parent / "results" / "ilr-table1-rope-tokens" / "runs.csv"
 
 
-def rec(seed=0, m="4,2,1,1", status="ok", run_id=None, loss=2.5):
-    return RunRecord(run_id=run_id or f"id-{m}-{seed}-{status}", map=m, pe="rope", seed=seed, status=Status(status),
-                     config_hash="abc", val_loss=loss, val_ppl=perplexity(loss), curve=({"step": 1, "tokens": 8,
-                                                                                          "val_loss": loss},),
-                     config={"model.n_layers": 4, "model.reuse": m, "train.tokens": None, "train.compile": True,
-                             "train.lr": 0.003})
+def rec(seed=0, m="4,2,1,1", run_id=None):
+    """A record with a curve and config values of every kind, its run_id fixed by map and seed."""
+    return record(m, seed, loss=2.5, run_id=run_id or f"id-{m}-{seed}-ok", config_hash="abc",
+                  curve=({"step": 1, "tokens": 8, "val_loss": 2.5},),
+                  config={"model.n_layers": 4, "model.reuse": m, "train.tokens": None, "train.compile": True,
+                          "train.lr": 0.003})
 
 
 def test_a_record_survives_json_and_csv_unchanged(tmp_path):
@@ -39,6 +40,17 @@ def test_map_and_pe_are_fields_and_the_label_is_only_a_name():
     assert r.candidate == Candidate(ReuseMap((1, 1, 1, 1), 2), "rope")
     frame = records_frame([r, rec(1)])
     assert list(frame["map"]) == ["block:2", "4,2,1,1"] and list(frame["pe"]) == ["rope", "rope"]
+
+
+def test_the_rows_the_statistics_use_are_the_last_horizons_ok_eval_rows():
+    rows = [record("1,1", 0, loss=2.0, rung=0), record("1,1", 0, loss=1.9, rung=1),
+            record("1,1", 1, loss=1.8, rung=1, role="tuning"),  # a tuning seed is never compared
+            record("2,1", 0, status="failed", rung=1), record("2,1", 2, loss=math.nan, rung=1),
+            record("2,1", 1, loss=800.0, rung=1),  # a finite loss whose perplexity overflows still counts
+            record("1,1", 0, loss=1.7, rung=1)]  # appended twice: the last row stands
+    ok = statistics_rows(records_frame(rows))
+    assert sorted(zip(ok["candidate"], ok["seed"], ok["val_loss"])) == [("1,1|rope", 0, 1.7), ("2,1|rope", 1, 800.0)]
+    assert math.isinf(ok.loc[ok["seed"] == 1, "val_ppl"].item())
 
 
 def test_appends_skip_rows_already_there_and_write_one_header(tmp_path):

@@ -1,28 +1,19 @@
 """The scheduler alone: made-up rows in, units out. No Ray, no Optuna, no database."""
 
-import itertools
 import math
 
 import numpy as np
 import pytest
+from helpers import record
 
 from searchmaps.config import Candidate, ReuseMap
-from searchmaps.results import RunRecord, Status
+from searchmaps.results import Status
 from searchmaps.scheduler import WAIT, Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 
-_ids = itertools.count()
 
 
 def cand(m: str, pe: str = "rope") -> Candidate:
     return Candidate(ReuseMap.parse(m, 4), pe)
-
-
-def row(c: Candidate, seed: int, ppl: float = 10.0, status: str = "ok", run_id: str | None = None,
-        rung: int = 0) -> RunRecord:
-    loss = math.log(ppl) if status == "ok" else float("nan")
-    return RunRecord(run_id=run_id or f"r{next(_ids)}", map=str(c.reuse), pe=c.pe, seed=seed, status=Status(status),
-                     config_hash="h", val_loss=loss, val_ppl=ppl if status == "ok" else float("nan"),
-                     rung=rung, config={"model.n_layers": 4})
 
 
 A, B, C = cand("1,1,1,1"), cand("2,1,1,1"), cand("4,2,1,1")
@@ -46,10 +37,10 @@ def test_fixed_list_hands_out_every_seed_in_order_then_waits_then_ends():
     units = drain(s)
     assert [(u.candidate, u.seed) for u in units] == [(A, 0), (A, 1), (B, 0), (B, 1)]
     assert s.next() is WAIT and not s.finished
-    s.add_rows([row(A, 1, 11.0), row(A, 0, 12.0)])
+    s.add_rows([record(A, 1, 11.0), record(A, 0, 12.0)])
     (ev,) = finished(s)
     assert ev.candidate == A and [r.seed for r in ev.rows] == [0, 1] and not ev.failed and ev.dropped == ""
-    s.add_rows([row(B, 0), row(B, 1)])
+    s.add_rows([record(B, 0), record(B, 1)])
     assert [e.candidate for e in finished(s)] == [B]
     assert s.next() is None and s.finished
 
@@ -62,13 +53,13 @@ def test_an_optimiser_search_waits_for_candidates_other_drivers_started():
     held = {Unit(B, 0).key}  # the other driver's claim
     s = Scheduler(seeds=2, propose=lambda: next(proposals, None), claim=lambda u: u.key not in held)
     assert [(u.candidate, u.seed) for u in drain(s)] == [(A, 0), (A, 1)]
-    s.add_rows([row(A, 0), row(A, 1)])
+    s.add_rows([record(A, 0), record(A, 1)])
     assert s.next() is None  # alone, the search would end here
     s.add_candidates([A, B])  # read from the storage: A again, and B
     assert [(u.candidate, u.seed) for u in drain(s)] == [(B, 1)]
-    s.add_rows([row(B, 1)])
+    s.add_rows([record(B, 1)])
     assert s.next() is WAIT and not s.finished  # B's seed 0 is the other driver's
-    s.add_rows([row(B, 0)])
+    s.add_rows([record(B, 0)])
     assert s.next() is None and s.finished
     assert [e.candidate for e in finished(s)] == [A, B]
 
@@ -79,7 +70,7 @@ def test_units_are_named_by_candidate_and_seed():
 
 
 def test_resume_skips_every_unit_the_rows_hold():
-    rows = [row(A, 0), row(A, 1), row(B, 1)]
+    rows = [record(A, 0), record(A, 1), record(B, 1)]
     s = Scheduler(seeds=2, candidates=[A, B])
     s.add_rows(rows)
     assert [(u.candidate, u.seed) for u in drain(s)] == [(B, 0)]
@@ -89,7 +80,7 @@ def test_resume_skips_every_unit_the_rows_hold():
 
 def test_a_resume_with_nothing_left_ends_at_once():
     s = Scheduler(seeds=1, candidates=[A, B])
-    s.add_rows([row(A, 0), row(B, 0)])
+    s.add_rows([record(A, 0), record(B, 0)])
     assert s.next() is None and len(finished(s)) == 2 and s.remaining() == 0
 
 
@@ -101,18 +92,18 @@ def test_resume_after_each_kind_of_interruption_repeats_and_loses_nothing(interr
     handed = drain(first)
     rows = []
     if interruption == "mid_candidate":
-        rows = [row(u.candidate, u.seed) for u in handed[:4]]  # A done, B seed 0 done, the rest in flight
+        rows = [record(u.candidate, u.seed) for u in handed[:4]]  # A done, B seed 0 done, the rest in flight
     elif interruption == "after_crash":
-        rows = [row(A, 0), row(A, 1, status="crashed")]
+        rows = [record(A, 0), record(A, 1, status="crashed")]
     elif interruption == "rows_out_of_order":
-        rows = [row(C, 2), row(A, 1), row(B, 0)]
+        rows = [record(C, 2), record(A, 1), record(B, 0)]
     second = Scheduler(seeds=3, candidates=[A, B, C])
     second.add_rows(rows)
     again = drain(second)
     done = {(r.label, r.seed) for r in rows if r.status is not Status.CRASHED}
     assert {(u.candidate.label, u.seed) for u in again} == \
         {(u.candidate.label, u.seed) for u in handed} - done
-    second.add_rows(row(u.candidate, u.seed) for u in again)
+    second.add_rows(record(u.candidate, u.seed) for u in again)
     assert second.next() is None
     assert {e.candidate for e in finished(second)} == {A, B, C}
 
@@ -121,19 +112,19 @@ def test_a_crashed_training_runs_again_then_fails_after_max_crashes():
     s = Scheduler(seeds=1, candidates=[A], max_crashes=2)
     (u,) = drain(s)
     assert s.crash_status(u) is Status.CRASHED
-    s.add_rows([row(A, 0, status="crashed")])
+    s.add_rows([record(A, 0, status="crashed")])
     assert s.next() == u and s.crash_status(u) is Status.CRASHED
-    s.add_rows([row(A, 0, status="crashed")])
+    s.add_rows([record(A, 0, status="crashed")])
     assert s.next() == u and s.crash_status(u) is Status.FAILED  # the third death is final
-    s.add_rows([row(A, 0, status="failed")])
+    s.add_rows([record(A, 0, status="failed")])
     (ev,) = finished(s)
     assert ev.failed and s.next() is None
 
 
 def test_crashes_from_an_earlier_run_count_and_duplicates_do_not():
-    crash = row(A, 0, status="crashed")
+    crash = record(A, 0, status="crashed")
     s = Scheduler(seeds=1, candidates=[A], max_crashes=2)
-    s.add_rows([crash, crash, row(A, 0, status="crashed")])  # the same row twice counts once
+    s.add_rows([crash, crash, record(A, 0, status="crashed")])  # the same row twice counts once
     (u,) = drain(s)
     assert s.crash_status(u) is Status.FAILED
 
@@ -141,7 +132,7 @@ def test_crashes_from_an_earlier_run_count_and_duplicates_do_not():
 def test_a_failed_seed_finishes_the_candidate_as_failed():
     s = Scheduler(seeds=2, candidates=[A])
     drain(s)
-    s.add_rows([row(A, 0, status="failed"), row(A, 1)])
+    s.add_rows([record(A, 0, status="failed"), record(A, 1)])
     (ev,) = finished(s)
     assert ev.failed and s.next() is None
 
@@ -150,10 +141,10 @@ def test_units_another_driver_holds_are_skipped_until_their_rows_come():
     held = {Unit(A, 1)}
     s = Scheduler(seeds=2, candidates=[A, B], claim=lambda u: u not in held)
     assert [(u.candidate, u.seed) for u in drain(s)] == [(A, 0), (B, 0), (B, 1)]
-    s.add_rows([row(A, 0), row(B, 0), row(B, 1)])
+    s.add_rows([record(A, 0), record(B, 0), record(B, 1)])
     assert [e.candidate for e in finished(s)] == [B]
     assert s.next() is WAIT  # A's seed 1 is the other driver's
-    s.add_rows([row(A, 1)])  # ... and its row arrives through the storage
+    s.add_rows([record(A, 1)])  # ... and its row arrives through the storage
     assert [e.candidate for e in finished(s)] == [A] and s.next() is None
 
 
@@ -187,7 +178,7 @@ def test_proposals_come_one_at_a_time_after_the_known_candidates():
     assert s.next() == Unit(B, 0) and len(asked) == 1
     assert s.next() == Unit(C, 0) and len(asked) == 3  # the duplicate B was skipped
     assert s.next() is WAIT and not s.finished
-    s.add_rows([row(A, 0), row(B, 0), row(C, 0)])
+    s.add_rows([record(A, 0), record(B, 0), record(C, 0)])
     assert s.next() is None and s.finished and len(asked) == 4
 
 
@@ -208,7 +199,7 @@ def racing_outcome(ppl_of, seeds=5, start=2, alpha=0.05, claim=None):
     while (u := s.next()) is not None:
         assert u is not WAIT, "a race with every row in never waits"
         handed.append(u)
-        s.add_rows([row(u.candidate, u.seed, ppl_of(u.candidate, u.seed))])
+        s.add_rows([record(u.candidate, u.seed, ppl_of(u.candidate, u.seed))])
     return handed, {e.candidate: e for e in finished(s)}
 
 
@@ -230,9 +221,9 @@ def test_racing_rounds_wait_for_every_racer():
     s = Scheduler(seeds=4, candidates=[A, B], racing=RacingRule(2))
     first = drain(s)
     assert len(first) == 4  # two start seeds each, nothing more before the round
-    s.add_rows([row(u.candidate, u.seed, 10 + u.seed) for u in first[:3]])
+    s.add_rows([record(u.candidate, u.seed, 10 + u.seed) for u in first[:3]])
     assert s.next() is WAIT  # B's seed 1 is still out
-    s.add_rows([row(first[3].candidate, first[3].seed, 11)])
+    s.add_rows([record(first[3].candidate, first[3].seed, 11)])
     assert {(u.candidate, u.seed) for u in drain(s)} == {(A, 2), (B, 2)}  # round 2: one more seed each
 
 
@@ -257,7 +248,7 @@ def test_a_resumed_race_replays_the_same_decisions():
         return {A: 10.0, B: 10.5, C: 25.0}[c] + (seed % 3) * 0.4
 
     handed, events = racing_outcome(ppl, seeds=5, start=2)
-    rows = [row(u.candidate, u.seed, ppl(u.candidate, u.seed)) for u in handed]
+    rows = [record(u.candidate, u.seed, ppl(u.candidate, u.seed)) for u in handed]
     resumed = Scheduler(seeds=5, candidates=[A, B, C], racing=RacingRule(2))
     resumed.add_rows(rows)
     assert resumed.next() is None  # nothing to train again
@@ -268,7 +259,7 @@ def test_a_resumed_race_replays_the_same_decisions():
 def test_remaining_counts_what_is_left_of_the_plan():
     s = Scheduler(seeds=3, candidates=[A, B])
     assert s.remaining() == 6
-    s.add_rows([row(A, 0)])
+    s.add_rows([record(A, 0)])
     assert s.remaining() == 5
     assert Scheduler(seeds=5, candidates=[A, B], racing=RacingRule(2)).remaining() == 4
 
@@ -280,13 +271,13 @@ def test_a_ladder_unit_trains_every_rung_and_a_resume_only_the_rungs_it_lacks():
     s = Scheduler(seeds=1, candidates=[A], rungs=3)
     (u,) = drain(s)
     assert (u.first, u.last, u.key) == (0, 2, "1,1,1,1|rope#0@0-2") and s.needed(u) == [0, 1, 2]
-    s.add_rows([row(A, 0, rung=0), row(A, 0, rung=1)])  # a ladder reports rung by rung; then its worker died
+    s.add_rows([record(A, 0, rung=0), record(A, 0, rung=1)])  # a ladder reports rung by rung; then its worker died
     assert s.needed(u) == [2] and s.next() is WAIT  # still in flight until its last rung comes
     events = s.take_events()
     assert [(e.rung, len(e.rows)) for e in events if isinstance(e, RungDone)] == [(0, 1), (1, 1)]
-    s.add_rows([row(A, 0, status="crashed", rung=0)])
+    s.add_rows([record(A, 0, status="crashed", rung=0)])
     assert s.next() == u and s.needed(u) == [2]  # run again, for the missing rung only
-    s.add_rows([row(A, 0, 12.0, rung=2)])
+    s.add_rows([record(A, 0, 12.0, rung=2)])
     (done,) = finished(s)
     assert done.rows[0].rung == 2 and done.rows[0].val_ppl == 12.0 and s.next() is None
 
@@ -294,9 +285,9 @@ def test_a_ladder_unit_trains_every_rung_and_a_resume_only_the_rungs_it_lacks():
 def test_intermediate_values_come_once_every_seed_has_the_rung():
     s = Scheduler(seeds=2, candidates=[A], rungs=2)
     drain(s)
-    s.add_rows([row(A, 0, rung=0), row(A, 0, rung=1), row(A, 1, rung=0)])
+    s.add_rows([record(A, 0, rung=0), record(A, 0, rung=1), record(A, 1, rung=0)])
     assert [(e.rung, [r.seed for r in e.rows]) for e in s.take_events()] == [(0, [0, 1])]
-    s.add_rows([row(A, 1, rung=1)])
+    s.add_rows([record(A, 1, rung=1)])
     assert [type(e).__name__ for e in s.take_events()] == ["RungDone", "Finished"]
 
 
@@ -309,7 +300,7 @@ def promote(ppl_of, seeds=4, rungs=3, cands=(A, B, C)):
         assert u is not WAIT
         assert u.first == u.last  # one rung per unit
         handed.append(u)
-        s.add_rows([row(u.candidate, u.seed, ppl_of(u.candidate, u.seed, u.first), rung=u.first)])
+        s.add_rows([record(u.candidate, u.seed, ppl_of(u.candidate, u.seed, u.first), rung=u.first)])
     return handed, {e.candidate: e for e in s.take_events() if isinstance(e, Finished)}
 
 
@@ -363,7 +354,7 @@ def test_a_seed_failing_at_a_rung_stops_its_candidate_there():
     s = Scheduler(seeds=2, candidates=[A, B], rungs=2, promotion=PromotionRule())
     for u in drain(s):
         status = "failed" if (u.candidate, u.seed) == (B, 1) else "ok"
-        s.add_rows([row(u.candidate, u.seed, ppl(u.candidate, u.seed, 0), status, rung=0)])
+        s.add_rows([record(u.candidate, u.seed, ppl(u.candidate, u.seed, 0), status, rung=0)])
     assert [u.candidate for u in drain(s)] == [A, A]  # only A climbs
     (stopped,) = finished(s)
     assert stopped.candidate == B and stopped.failed and stopped.stopped == "failed at rung 0"
@@ -380,7 +371,7 @@ def test_promotion_and_racing_are_separate_rules():
 
 
 def tuning_row(c, seed, lr, ppl, status="ok"):
-    r = row(c, seed, ppl, status)
+    r = record(c, seed, ppl, status)
     return r.replace(role="tuning", config={"model.n_layers": 4, "train.lr": lr})
 
 
@@ -397,7 +388,7 @@ def test_the_learning_rate_is_chosen_on_tuning_seeds_then_evaluated_on_fresh_one
     assert tuned.lr == 3e-3 and tuned.losses[1e-3] == pytest.approx((math.log(12) + math.log(13)) / 2)
     evals = drain(s)
     assert [(u.seed, u.lr, u.role) for u in evals] == [(0, 3e-3, "eval"), (1, 3e-3, "eval")]
-    s.add_rows([row(A, 0), row(A, 1)])
+    s.add_rows([record(A, 0), record(A, 1)])
     (done,) = finished(s)
     assert [r.seed for r in done.rows] == [0, 1]  # the tuning rows never reach the statistics
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from helpers import record, run_cli
 from optuna.trial import TrialState
 
 from searchmaps import flops
@@ -191,23 +192,12 @@ def test_dashboard_serves_the_study(ray_cluster, space_file, tmp_path, port_fact
 # ---------------------------------------------------------------------------- as users run it
 
 
-def run_cli(env, *args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "searchmaps.run", *args], capture_output=True, text=True,
-                          timeout=timeout, env=env)
-
-
-def start_cli(env, *args, kill_at=None):
-    env = dict(env, SEARCHMAPS_KILL_AT=kill_at) if kill_at else env
-    return subprocess.Popen([sys.executable, "-m", "searchmaps.run", *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-
-
 def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path, ray_env):
     """A real run with its own local Ray, killed mid-way, then the same command again."""
     results = tmp_path / "results"
     args = common(space_file, results, "--seeds", "2", "--study", "k", "--workers", "2")
     runs = results / "k" / "runs.csv"
-    proc = start_cli(ray_env, *args)
+    proc = run_cli("run", *args, env=ray_env, popen=True)
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None:
         if len(read_runs(runs)) >= 2:
@@ -219,7 +209,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path, ray_
     before = runs.read_bytes()
     assert 2 <= len(read_runs(runs)) < 6
 
-    out = run_cli(ray_env, *args)
+    out = run_cli("run", *args, env=ray_env)
     assert out.returncode == 0, out.stderr[-2000:]
     rows = read_runs(runs)
     assert_each_pair_once(rows)
@@ -242,12 +232,12 @@ def test_fault_injection_kills_at_every_point_lose_and_repeat_nothing(space_file
         args += ["--storage", url]
     kills = ["ray-start", "claimed:2:group", "recorded:1", "told:1:group", "recorded:2:group", "report"]
     for kill in kills:
-        proc = start_cli(ray_env, *args, kill_at=kill)
+        proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT=kill), popen=True)
         out, err = proc.communicate(timeout=600)
         if proc.returncode == 0:  # nothing was left to reach that point
             continue
         assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
-    final = run_cli(ray_env, *args)
+    final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     assert "Traceback" not in final.stderr
     assert_each_pair_once(read_runs(results / "f" / "runs.csv"))
@@ -264,7 +254,7 @@ def test_two_drivers_on_one_study_split_the_work(space_file, tmp_path, ray_env, 
     procs = []
     for results in folders:
         args = common(space_file, results, "--seeds", "2", "--study", "two", "--workers", "1")
-        procs.append(start_cli(ray_env, *(args + (["--storage", url] if url else []))))
+        procs.append(run_cli("run", *(args + (["--storage", url] if url else [])), env=ray_env, popen=True))
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
@@ -285,7 +275,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
             "--precision", "fp32", "--quiet", "--seeds", "3", "--study", "i", "--workers", "1"]
     runs = results / "i" / "runs.csv"
-    proc = start_cli(ray_env, *args)
+    proc = run_cli("run", *args, env=ray_env, popen=True)
     deadline = time.time() + 240
     while time.time() < deadline and proc.poll() is None and len(read_runs(runs)) < 1:
         time.sleep(0.2)
@@ -298,7 +288,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
     assert "Traceback" not in err and "***" not in err and "Tuner.restore" not in err
     assert not (results / "i" / "report.html").exists()  # no report from a partial study
     assert not [t for t in trials(results, "i") if t.state == TrialState.RUNNING]
-    final = run_cli(ray_env, *args)
+    final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     assert_each_pair_once(read_runs(runs), seeds=3)
     assert_study_closed(trials(results, "i"))
@@ -329,7 +319,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
 ])
 def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, ray_env, extra, flag):
     args = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path)]
-    out = run_cli(ray_env, *args, *extra, timeout=120)
+    out = run_cli("run", *args, *extra, timeout=120, env=ray_env)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in out.stderr, out.stderr
@@ -337,9 +327,15 @@ def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, r
 
 
 def test_a_planned_block_map_on_the_left_is_read(space_file, tmp_path, ray_env):
-    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path),
-                  "--planned", "block:2:1,1", "2,1/block:2", "--dry-run", timeout=120)
+    results = tmp_path / "results"
+    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results),
+                  "--planned", "block:2:1,1", "2,1/block:2", "--dry-run", timeout=120, env=ray_env)
     assert out.returncode == 0, out.stderr
+    listed = [line.split()[0] for line in out.stdout.splitlines()[1:-1]]
+    assert {"1,1", "2,1", "block:2"} <= set(listed) and len(listed) == len(set(listed))
+    # the old A:B form split where it names two candidates: block:2 on the left
+    assert out.stdout.splitlines()[-1] == "planned comparisons: block:2|rope vs 1,1|rope; 2,1|rope vs block:2|rope"
+    assert not results.exists()  # a dry run makes no study folder
 
 
 def test_a_damaged_study_folder_is_one_line_exit_2(space_file, tmp_path, ray_env):
@@ -348,30 +344,31 @@ def test_a_damaged_study_folder_is_one_line_exit_2(space_file, tmp_path, ray_env
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(tmp_path), "--study", "s",
             "--compile", "off", "--quiet"]
     (study / "study.json").write_text("")
-    out = run_cli(ray_env, *args, timeout=120)
+    out = run_cli("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "study.json" in out.stderr
     (study / "study.json").unlink()
     (study / "runs.csv").write_bytes(b"run_id,map,pe,seed,status\n\x00\x01\x02garbage\n")
-    out = run_cli(ray_env, *args, timeout=120)
+    out = run_cli("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "runs.csv" in out.stderr
 
 
 def test_unwritable_results_dir(space_file, tmp_path, ray_env):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"))
+    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"),
+                  env=ray_env)
     assert out.returncode == 2 and "--results-dir" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_malformed_space_file(tmp_path, ray_env):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[maps]\nrepeats = [3, 1]\n')
-    out = run_cli(ray_env, "--space", str(bad), "--budget-flops", "1e9")
+    out = run_cli("run", "--space", str(bad), "--budget-flops", "1e9", env=ray_env)
     assert out.returncode == 2 and "repeats" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_dry_run_lists_candidates_with_costs(space_file, ray_env):
-    out = run_cli(ray_env, "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run")
+    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run", env=ray_env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 + 3
@@ -516,11 +513,12 @@ def test_a_ladder_killed_mid_way_resumes_without_repeating_a_row(space_file, tmp
     results = tmp_path / "results"
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
             "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "lk", "--workers", "1", *LADDER_ARGS]
-    proc = start_cli(ray_env, *args, kill_at="recorded:2")  # after the first ladder's second rung
+    # killed after the first ladder's second rung
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="recorded:2"), popen=True)
     proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL
     assert len(read_runs(results / "lk" / "runs.csv")) < 9
-    final = run_cli(ray_env, *args)
+    final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     rows = read_runs(results / "lk" / "runs.csv")
     assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))
@@ -562,17 +560,15 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
     scheduler's ``remaining``: the bar's total must not grow with every rung."""
     from types import SimpleNamespace
 
-    from searchmaps.results import RunRecord, Status
-    from searchmaps.run import _progress_bar
+    from searchmaps.report.terminal import ProgressBar
 
     plan = SimpleNamespace(study="s", ladder=True, promote=False, rungs=3)
-    bar = _progress_bar(plan, quiet=False)
+    bar = ProgressBar(plan, quiet=False)
     bar.start(2 * 3)  # two (candidate, seed) trainings, three rungs each
     totals = []
     for seed, remaining_during in ((0, 2), (1, 1)):
         for rung in range(3):
-            row = RunRecord(run_id=f"{seed}{rung}", map="1,1", pe="rope", seed=seed, status=Status.OK,
-                            config_hash="h", rung=rung, val_loss=1.0)
+            row = record("1,1", seed, loss=1.0, rung=rung)
             bar.on_row(row, remaining_during - (rung == 2))  # the last rung completes the training
             totals.append(bar.bar.total)
     bar.close()
@@ -596,11 +592,11 @@ def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_
             *LADDER_ARGS] + (["--storage", url] if url else [])
     killed = 0
     for kill in ["recorded:3:group", "optuna-told:1:group", "optuna-told:2:group"]:
-        proc = start_cli(ray_env, *args, kill_at=kill)
+        proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT=kill), popen=True)
         _, err = proc.communicate(timeout=600)
         assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
         killed += 1
-    final = run_cli(ray_env, *args)
+    final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     rows = read_runs(results / "t" / "runs.csv")
     assert sorted((r.map, r.rung) for r in rows) == sorted((m, i) for m in MAPS for i in range(3))
@@ -666,11 +662,11 @@ def test_two_optimiser_drivers_each_end_with_the_whole_study(space_file, tmp_pat
                 "--compile", "off", "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "tpe2",
                 "--sampler", "tpe", "--trials", "3", "--workers", "1", "--storage", postgres_url]
 
-    a = start_cli(ray_env, *args(tmp_path / "a"), kill_at="claimed:1:stop")
+    a = run_cli("run", *args(tmp_path / "a"), env=dict(ray_env, SEARCHMAPS_KILL_AT="claimed:1:stop"), popen=True)
     b = None
     try:
         wait_stopped(a)
-        b = start_cli(ray_env, *args(tmp_path / "b"), kill_at="claimed:1:stop")
+        b = run_cli("run", *args(tmp_path / "b"), env=dict(ray_env, SEARCHMAPS_KILL_AT="claimed:1:stop"), popen=True)
         wait_stopped(b)
         os.kill(a.pid, signal.SIGCONT)
         runs_a = tmp_path / "a" / "tpe2" / "runs.csv"
@@ -737,7 +733,7 @@ def test_a_full_disk_mid_study_is_one_line_exit_1_and_the_resume_finishes(space_
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(small_disk), "--compile", "off",
             "--precision", "fp32", "--quiet", "--no-report", "--seeds", "2", "--study", "d", "--workers", "1"]
     runs = small_disk / "d" / "runs.csv"
-    proc = start_cli(ray_env, *args)
+    proc = run_cli("run", *args, env=ray_env, popen=True)
     try:
         deadline = time.time() + 300
         while proc.poll() is None and len(read_runs(runs)) < 1 and time.time() < deadline:
@@ -757,7 +753,7 @@ def test_a_full_disk_mid_study_is_one_line_exit_1_and_the_resume_finishes(space_
     kept = read_runs(runs)
     assert 1 <= len(kept) < 6
     filler.unlink()
-    final = run_cli(ray_env, *args)
+    final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     assert runs.read_bytes().startswith(before)  # nothing lost, nothing rewritten
     assert_each_pair_once(read_runs(runs))
@@ -770,7 +766,7 @@ def test_a_training_process_that_dies_is_one_short_line_and_runs_again(space_fil
     report of the dead actor is in the study's log, not on the terminal."""
     results = tmp_path / "results"
     args = common(space_file, results, "--seeds", "1", "--study", "w", "--workers", "1")
-    out = run_cli(dict(ray_env, SEARCHMAPS_KILL_AT="training:2"), *args)
+    out = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="training:2"))
     assert out.returncode == 0, out.stderr[-3000:]
     rows = read_runs(results / "w" / "runs.csv")
     crashed = [r for r in rows if r.status.value == "crashed"]

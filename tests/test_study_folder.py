@@ -2,15 +2,12 @@
 nothing, and a report that cannot be written, or a signal while it is written, never
 turns a finished search into a traceback."""
 
-import os
 import resource
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from helpers import run_cli
 
 from searchmaps import flops
 from searchmaps.config import ModelConfig
@@ -86,9 +83,8 @@ def test_a_space_file_whose_name_is_a_path_is_refused_and_nothing_is_made(tmp_pa
     results = tmp_path / "a" / "b" / "results"
     sf = space(tmp_path, name)
     before = tree(tmp_path)
-    out = subprocess.run([sys.executable, "-m", "searchmaps.run", *args_for(sf, results, "--workers", "1",
-                                                                            "--ray-address", "127.0.0.1:1")],
-                         capture_output=True, text=True, timeout=300, env=ray_env)
+    out = run_cli("run", *args_for(sf, results, "--workers", "1", "--ray-address", "127.0.0.1:1"), timeout=300,
+                  env=ray_env)
     assert out.returncode == 2, out.stderr
     line = one_line(out.stderr)
     assert f"{sf}: name {name!r}" in line and "--ray-address" not in line
@@ -137,10 +133,10 @@ def test_a_check_that_fails_after_the_folder_is_made_takes_it_back_but_never_an_
     first = args_for(sf, tmp_path / "a", "--study", "s", "--storage", url, "--seeds", "2", "--no-report")
     # the study as another machine registered it, with 2 seeds
     from searchmaps.ledger import Ledger, check_storage
-    from searchmaps.run import build_parser, build_plan
+    from searchmaps.cli import build_plan, build_search_parser
     from searchmaps.study import SearchStudy
 
-    plan = build_plan(build_parser().parse_args(first))
+    plan = build_plan(build_search_parser().parse_args(first))
     SearchStudy(plan, Ledger(check_storage(url), "s"))
     other = args_for(sf, tmp_path / "b", "--study", "s", "--storage", url, "--seeds", "3", "--no-report")
     assert main(other) == 2
@@ -217,8 +213,7 @@ def test_a_report_on_a_full_disk_is_one_line_and_exit_0(finished, tmp_path, ray_
     folder, argv = copy_of(finished, tmp_path)
     assert max(p.stat().st_size for p in folder.rglob("*") if p.is_file()) < 1 << 20  # the study itself fits
     rows = (folder / "runs.csv").read_bytes()
-    out = subprocess.run([sys.executable, "-m", "searchmaps.run", *argv], capture_output=True, text=True,
-                         timeout=300, env=ray_env, preexec_fn=_file_size_limit)
+    out = run_cli("run", *argv, timeout=300, env=ray_env, preexec_fn=_file_size_limit)
     assert out.returncode == 0, out.stderr
     bad = [ln for ln in out.stderr.splitlines() if "no report" in ln]
     assert len(bad) == 1 and "could not be written" in bad[0] and "File too large" in bad[0], out.stderr
@@ -234,21 +229,18 @@ def test_a_signal_while_the_report_is_written_exits_with_its_code(finished, tmp_
     with no word, and Ctrl-C was swallowed."""
     folder, argv = copy_of(finished, tmp_path)
     rows = (folder / "runs.csv").read_bytes()
-    out = subprocess.run([sys.executable, "-m", "searchmaps.run", *argv], capture_output=True, text=True,
-                         timeout=300, env=dict(ray_env, SEARCHMAPS_KILL_AT=f"report:1:{sig}"))
+    out = run_cli("run", *argv, timeout=300, env=dict(ray_env, SEARCHMAPS_KILL_AT=f"report:1:{sig}"))
     assert out.returncode == code, out.stderr
     lines = [ln for ln in out.stderr.strip().splitlines() if ln.strip()]
     assert f"interrupted ({sig})" in lines[-1] and "run the same command again" in lines[-1], out.stderr
     assert "Traceback" not in out.stderr and "KeyboardInterrupt" not in out.stderr
     assert (folder / "runs.csv").read_bytes() == rows and not (folder / "report.html").exists()
-    again = subprocess.run([sys.executable, "-m", "searchmaps.run", *argv], capture_output=True, text=True,
-                           timeout=300, env=ray_env)
+    again = run_cli("run", *argv, timeout=300, env=ray_env)
     assert again.returncode == 0 and (folder / "report.html").is_file(), again.stderr
 
 
 def test_the_report_command_on_an_unwritable_report_is_one_line(finished, tmp_path):
     folder, _ = copy_of(finished, tmp_path)
     (folder / "report.html").mkdir()
-    proc = subprocess.run([sys.executable, "-m", "searchmaps.report", str(folder), "--no-attach"],
-                          capture_output=True, text=True, timeout=300)
+    proc = run_cli("report", folder, "--no-attach", timeout=300)
     assert proc.returncode == 1 and "report.html" in one_line(proc.stderr)

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError
 from searchmaps.results import Status, perplexity
 from searchmaps.schedule import cooldown_start
 from searchmaps.train import lr_at, plan_steps, train
-from helpers import tiny_spec
+from helpers import run_cli, tiny_spec
 
 RECORD_KEYS = {
     "map", "pe", "seed", "config_hash", "n_params", "flops_per_token", "train_flops_per_token",
@@ -180,13 +179,8 @@ def test_callback_can_stop_a_run(corpus):
 # ---------------------------------------------------------------------------- CLI
 
 
-def run_cli(*args):
-    return subprocess.run([sys.executable, "-m", "searchmaps.train", *args],
-                          capture_output=True, text=True, timeout=300)
-
-
 def test_cli_prints_json_record():
-    out = run_cli("--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+    out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
                   "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
                   "--precision", "fp32", "--json", "--quiet")
     assert out.returncode == 0, out.stderr
@@ -214,7 +208,7 @@ def test_cli_prints_json_record():
     (["--bogus"], "--bogus"),
 ])
 def test_cli_errors_are_one_line_exit_2(args, flag):
-    out = run_cli(*args, "--quiet")
+    out = run_cli("train", *args, "--quiet")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
@@ -232,11 +226,10 @@ def _address_space_limit():
 def test_an_out_of_memory_on_cpu_is_recorded_as_out_of_memory():
     """torch's CPU allocator raises a RuntimeError (not torch.OutOfMemoryError): a real one,
     from a model whose embedding alone is 256 x 2^30 floats."""
-    out = subprocess.run([sys.executable, "-m", "searchmaps.train", "--map", "1,1", "--layers", "2", "--d-model",
-                          str(1 << 30), "--heads", "2", "--ffn-hidden", "4", "--seq-len", "32", "--batch-size", "4",
-                          "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off", "--precision", "fp32",
-                          "--device", "cpu", "--json", "--quiet"],
-                         capture_output=True, text=True, timeout=300, preexec_fn=_address_space_limit)
+    out = run_cli("train", "--map", "1,1", "--layers", "2", "--d-model", 1 << 30, "--heads", "2", "--ffn-hidden", "4",
+                  "--seq-len", "32", "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
+                  "--precision", "fp32", "--device", "cpu", "--json", "--quiet", timeout=300,
+                  preexec_fn=_address_space_limit)
     assert out.returncode == 1, out.stderr
     rec = json.loads(out.stdout)
     assert rec["status"] == "failed" and rec["error"].startswith("out of memory: DefaultCPUAllocator"), rec["error"]

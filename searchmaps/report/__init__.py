@@ -13,7 +13,8 @@ Optuna study, so ``optuna-dashboard`` shows it.
 
 Modules, in the order data flows: ``summary`` (loading and tables, pandas only),
 ``sentences`` (text only), ``figures`` (plotly only), ``page`` (HTML), ``write`` (the one
-call), ``__main__`` (the command line).
+call), ``__main__`` (the command line); ``terminal`` is what a search prints (its progress
+bar and summary, read from the same rows as the report).
 
 Default test: the paired t-test. The exact sign-flip and Wilcoxon tests cannot be primary
 at the seed counts users run: their smallest two-sided p is 2 / 2**n (0.25 with 3 seeds,

@@ -18,9 +18,9 @@ import pandas as pd
 from .. import stats
 from ..config import Candidate, ConfigError, parse_planned, resolve_candidate
 from ..plan import read_study_json
-from ..results import ResultsError, RunRecord, read_runs
+from ..results import STATISTICS_METRIC, ResultsError, RunRecord, last_horizon, read_runs, successful
 
-METRIC = "val_loss"  # the declared scale of every test, top group and detectable difference (nats)
+METRIC = STATISTICS_METRIC  # the declared scale of every test, top group and detectable difference (nats)
 DISPLAY = "val_ppl"  # what the tables and figures show: perplexity, for reading only
 UNIT = "nats"
 
@@ -72,20 +72,6 @@ def candidates(records: list[RunRecord]) -> dict[str, Candidate]:
             except ConfigError as exc:
                 raise ReportError(f"runs.csv: the rows of {r.label} hold a map the tool cannot read ({exc})") from None
     return out
-
-
-def last_horizon(runs: pd.DataFrame) -> pd.DataFrame:
-    """The ``eval`` rows (a :func:`searchmaps.results.records_frame`) at the highest rung
-    any of them reached."""
-    rows = runs[runs["role"] == "eval"]
-    return rows[rows["rung"] == rows["rung"].max()].reset_index(drop=True) if len(rows) else rows
-
-
-def successful(runs: pd.DataFrame) -> pd.DataFrame:
-    """Rows the statistics use: status ok with a finite metric, one per (candidate, seed)
-    (the last, should a row ever have been appended twice)."""
-    ok = runs[(runs["status"] == "ok") & np.isfinite(runs[METRIC].astype(float))]
-    return ok.drop_duplicates(["candidate", "seed"], keep="last").reset_index(drop=True)
 
 
 def first_errors(runs: pd.DataFrame) -> dict[str, str]:

@@ -17,7 +17,6 @@ from . import horizons, supernet, tuning
 from .figures import curves_figure, pareto_figure, separated_front, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
 from .sentences import (
-    TEST_NAMES,
     cannot_reject_sentence,
     family_label,
     family_sentences,

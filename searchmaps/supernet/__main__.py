@@ -8,8 +8,9 @@ it against stand-alone training.
 It takes the search command's flags (space, budget, protocol, model and data overrides,
 study and results folder). Writes ``results/<study>/supernet.csv`` (one row per map and
 seed) and, with a validation, ``supernet_validation.csv``. ``--validate K`` then trains
-the supernet's K best and K random feasible maps stand-alone (a searchmaps.run study in
-the same folder, its report including the supernet's section).
+the supernet's K best and K random feasible maps stand-alone (the search
+:func:`searchmaps.search.run_search` runs for searchmaps.run, in the same folder, its
+report including the supernet's section).
 """
 
 from __future__ import annotations
@@ -19,15 +20,15 @@ import sys
 
 import numpy as np
 
-from ..cli import fail
-from ..config import ConfigError
+from ..cli import build_plan, build_search_parser, check_supernet_args, fail
+from ..config import ConfigError, ReuseMap
 from ..data import DataError
-from ..run import build_parser, build_plan, check_results_dir, check_supernet_args, supernet_specs
-from . import ensure_scores
+from ..search import check_results_dir, run_search
+from .prescreen import supernet_scores
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_search_parser()
     parser.prog = "searchmaps.supernet"
     parser.description = __doc__.splitlines()[0]
     v = parser.add_argument_group("validation")
@@ -46,17 +47,15 @@ def main(argv: list[str] | None = None) -> int:
             plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
         truth = None
         if args.validate_against:  # before the study folder is made
-            from ..report.summary import ReportError, last_horizon, load_runs, successful
-            from ..results import records_frame
+            from ..report.summary import ReportError, load_runs
+            from ..results import records_frame, statistics_rows
 
             try:
-                truth = successful(last_horizon(records_frame(load_runs(args.validate_against))))
+                truth = statistics_rows(records_frame(load_runs(args.validate_against)))
             except ReportError as exc:
                 raise ConfigError(f"--validate-against: {exc}") from None
         check_results_dir(plan.study_dir)
-        scores = ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, args.supernet_seeds),
-                               args.sampling, workers=plan.workers, progress=not args.quiet,
-                               log=lambda text: print(text, file=sys.stderr))
+        scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet)
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
@@ -88,14 +87,14 @@ def main(argv: list[str] | None = None) -> int:
         rest = [m for m in ranked.index if m not in best]
         chosen = best + [rest[i] for i in sorted(rng.choice(len(rest), size=min(args.validate, len(rest)),
                                                             replace=False))]
-        from ..run import main as run_main
-
-        argv = list(sys.argv[1:] if argv is None else argv)
-        for flag in ("--validate", "--validate-against"):
-            while flag in argv:
-                i = argv.index(flag)
-                del argv[i:i + 2]
-        return run_main(argv + ["--study", plan.study, "--maps", *chosen])
+        # the chosen maps as a stand-alone study in the same folder, as searchmaps.run --maps would train them
+        maps = tuple(ReuseMap.parse(m, plan.space.model.n_layers) for m in chosen)
+        try:
+            plan = dataclasses.replace(plan, maps=maps)
+        except ConfigError as exc:
+            return fail(parser.prog, exc)
+        return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
+                          report=not args.no_report)
     return 0
 
 

@@ -30,6 +30,7 @@ import torch
 
 from ..config import ConfigError, TrialSpec
 from ..data import Corpus, check_fits, load_corpus
+from ..device import resolve_device
 from ..model import LoopedLM
 from ..results import RunRecord, Status, describe, failed_record
 from ..schedule import lr_at, make_ladder, plan_steps
@@ -39,17 +40,6 @@ from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Guard, Stop, TrainStep, 
 
 __all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Guard", "Stop", "History", "failure_reason"]
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise ConfigError(f"--device must be auto, cpu or cuda, got {device!r}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError("--device cuda: no CUDA device is visible; use --device cpu or auto")
-    return device
 
 
 @functools.lru_cache(maxsize=4)

@@ -1,0 +1,153 @@
+"""What a search prints on the terminal: a progress bar over its trainings, and at the end
+what it did, every candidate's result and the answer (the top group and the smallest gap
+its seeds resolve), read from the rows the statistics use
+(:func:`searchmaps.results.statistics_rows`), as the report reads them."""
+
+from __future__ import annotations
+
+import math
+import sys
+
+from .. import stats
+from ..results import RunRecord, last_horizon, records_frame, statistics_rows
+from ..schedule import make_ladder, tokens_per_step
+from ..topgroup import detectable_effect, noise_check, rule_detail
+from .sentences import noise_sentence
+
+
+def fmt_ppl(x: float) -> str:
+    """A perplexity for a terminal: 4 significant digits, never a 150-digit number."""
+    return "n/a" if x != x else "inf" if x == math.inf else f"{x:.4g}" if x >= 1e4 else f"{x:.3f}"
+
+
+class ProgressBar:
+    """tqdm over the trainings still to run, on stderr; ``plan`` a :class:`~searchmaps.plan.SearchPlan`."""
+
+    def __init__(self, plan, quiet: bool):
+        self.plan, self.quiet, self.bar = plan, quiet, None
+        self._partial: dict[tuple, int] = {}  # ladder trainings still running: rung rows already shown
+
+    def start(self, total: int) -> None:
+        from tqdm.auto import tqdm
+
+        unit = "rung" if self.plan.ladder else "run"
+        self.bar = tqdm(total=total, desc=f"{self.plan.study}: trainings", unit=unit, disable=self.quiet,
+                        file=sys.stderr, dynamic_ncols=True)
+
+    def on_row(self, row, remaining: int) -> None:
+        """One row: a training, or one rung of a ladder (a unit without promotion has them all)."""
+        if self.bar is None:
+            return
+        per_unit = 1 if self.plan.promote else self.plan.rungs
+        key = (row.label, row.seed, row.role)
+        shown = self._partial.pop(key, 0) + 1
+        if row.ok and shown < per_unit and row.rung < self.plan.rungs - 1:
+            self._partial[key] = shown  # its training is still counted whole in ``remaining``
+        # racing and optimisers change the total; rows already shown of a running ladder do not
+        self.bar.total = self.bar.n + 1 + max(0, remaining * per_unit - sum(self._partial.values()))
+        self.bar.set_postfix_str(f"{row.label} seed {row.seed}: "
+                                 + (f"ppl {fmt_ppl(row.val_ppl)}" if row.ok else row.status.value))
+        self.bar.update(1)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float) -> None:
+    """What this run did (``progress``, a :class:`~searchmaps.driver.Progress`), every
+    candidate's result in ``all_rows`` (the study's records), and the answer: the top group
+    and the smallest difference the seeds can detect. ``plan`` a
+    :class:`~searchmaps.plan.SearchPlan`."""
+    p = progress
+    if p.trainings:
+        outside = 1 - p.train_s / (wall_s * plan.workers) if wall_s > 0 else float("nan")
+        print(f"{p.trainings} trainings in {wall_s:.0f} s ({p.train_s:.0f} s of training on {plan.workers} workers; "
+              f"share of worker time outside training {outside:.0%})", file=sys.stderr)
+    else:
+        print("nothing to train: every training of this study is already in the storage and runs.csv",
+              file=sys.stderr)
+    if p.recovered:
+        print(f"closed {p.recovered} trial(s) left RUNNING by a driver that stopped", file=sys.stderr)
+    if p.rebuilt:
+        print(f"the storage had no trial for {p.rebuilt} candidate(s) with rows in runs.csv (a lost or emptied "
+              f"optuna.db): their trials were opened again and told from the rows", file=sys.stderr)
+    if p.not_rebuilt:
+        print(f"not rebuilt: {len(p.not_rebuilt)} candidate(s) of runs.csv this search's flags do not include "
+              f"({', '.join(p.not_rebuilt[:5])}{', ...' if len(p.not_rebuilt) > 5 else ''})", file=sys.stderr)
+    tuning = [r for r in all_rows if r.role == "tuning"]
+    rows = [r for r in all_rows if r.role == "eval"]
+    if tuning:
+        spent = sum(r.wall_s for r in tuning)
+        total = spent + sum(r.wall_s for r in rows if r.rung == max(x.rung for x in rows)) if rows else spent
+        chosen = sorted({(r.label, r.config.get("train.lr")) for r in rows})
+        print(f"learning-rate tuning: {len(tuning)} trainings on tuning seeds ({spent:.0f} s, {spent / total:.0%} of "
+              f"the study's training time); chosen: " + ", ".join(f"{c} {lr:g}" for c, lr in chosen), file=sys.stderr)
+    if plan.ladder:
+        print_ladder(plan, rows)
+    frame = records_frame(all_rows)
+    ok = statistics_rows(frame)  # the answer is the last horizon's, from the rows the report's statistics use
+    print(f"{'candidate':<24} {'FLOPs/token':>13} {'seeds':>5} {'val ppl':>9} {'± sem':>8}")
+    for cand, g in sorted(ok.groupby("candidate"), key=lambda kv: kv[1]["val_loss"].mean()):  # the tested scale
+        sem = g["val_ppl"].std(ddof=1) / math.sqrt(len(g)) if len(g) > 1 else float("nan")
+        print(f"{cand:<24} {int(g['flops_per_token'].iloc[0]):>13,} {len(g):>5} {fmt_ppl(g['val_ppl'].mean()):>9} "
+              f"{fmt_ppl(sem):>8}")
+    last = last_horizon(frame)
+    failed = last[last["status"] == "failed"].drop_duplicates(["candidate"])
+    for r in failed.itertuples():
+        print(f"failed: {r.candidate} seed {r.seed}: {r.error}")
+    if plan.racing:
+        full = plan.max_candidates * plan.seeds
+        print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
+              file=sys.stderr)
+    if ok["candidate"].nunique() >= 2:
+        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
+            print(line)
+
+
+def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
+    """The terminal summary's answer for successful rows ``ok`` (two or more candidates):
+    the top group by ``rule`` on validation loss, the sentence on unequal seed noise when
+    it applies, and the smallest gap these seeds resolve."""
+    mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
+    detail = rule_detail(mat, rule, alpha)
+    group = detail.members
+    det = detectable_effect(mat, rule, alpha)
+    seeds = (f"each pair over the seeds it shares, up to {detail.n_seeds}" if detail.per_pair
+             else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
+    out = [f"top group ({rule} rule, alpha {alpha:g}, {seeds}): {', '.join(group)}"]
+    noise = noise_sentence(noise_check(mat, rule, alpha))
+    if noise:
+        out.append(noise.replace("`", ""))
+    if math.isfinite(det["mde"]):
+        out.append(f"smallest gap to the best these seeds rule out with 80 % power: {det['mde']:.3g} nats of "
+                   f"validation loss ({det['mde_pct']:.1f} % of the best mean loss)"
+                   + (" -- the top group's gaps are below it: add seeds" if len(group) > 1 else ""))
+    return out
+
+
+def print_ladder(plan, rows: list[RunRecord]) -> None:
+    """Each rung's horizon and how many candidates reached it; with promotion, what the
+    study trained against the full ladder, in trainings and tokens."""
+    unit = "tokens" if plan.space.train.tokens is not None else "training FLOPs"
+    reached = {}
+    for r in rows:
+        if r.status.value != "crashed":
+            key = (r.label, r.seed)
+            reached[key] = max(reached.get(key, -1), r.rung)
+    per_rung = [sorted({label for (label, _), top in reached.items() if top >= i}) for i in range(plan.rungs)]
+    print(f"ladder of {plan.rungs} horizons ({unit}): " + ", ".join(
+        f"{h:,.4g} ({len(c)} candidates)" for h, c in zip(plan.ladder, per_rung)), file=sys.stderr)
+    if not plan.promote or plan.candidates is None:
+        return
+    spent = full = runs = 0
+    for cand in plan.candidates:
+        for seed in range(plan.seeds):
+            lad = make_ladder(plan.spec(cand, seed), plan.ladder)
+            per = tokens_per_step(lad.specs[0])
+            top = reached.get((cand.label, seed), -1)
+            spent += lad.steps_to(top) * per if top >= 0 else 0
+            full += lad.steps_to(plan.rungs - 1) * per
+            runs += top + 1
+    print(f"promotion: {runs} of {len(plan.candidates) * plan.seeds * plan.rungs} rung trainings, "
+          f"{spent:,} of {full:,} tokens ({spent / full:.0%}) of the full ladder", file=sys.stderr)

@@ -1,0 +1,225 @@
+"""One search from a checked :class:`~searchmaps.plan.SearchPlan` to its report, as
+``searchmaps.run`` and ``searchmaps.supernet --validate`` run it: open (Ray reachable, the
+storage, the study folder, ``runs.csv``, the ledger, the Optuna study, the driver), run
+(Ray trains; Ctrl-C exits 130 and SIGTERM 143, the unfinished work given back), close (the
+terminal summary, the report). A command module: it prints one-line errors and returns
+exit codes; no library module imports it.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from . import faults
+from .cli import fail
+from .config import ConfigError
+from .data import DataError
+from .ledger import StorageFault
+from .plan import SearchPlan
+
+EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM; a BaseException, so no ``except Exception`` on the way swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+_received: list[int] = []  # the signal that stopped the search (Ray may turn it into its own KeyboardInterrupt)
+
+
+def _on_signal(signum, _frame):
+    _received.append(signum)
+    raise Interrupted(signum)
+
+
+def headline(plan: SearchPlan) -> str:
+    """The plan's space, how much of it fits the budget, and the candidates that makes."""
+    return (f"space {plan.space.name}: {plan.space.count()} maps, {plan.n_feasible} within "
+            f"{plan.budget_flops:.4g} FLOPs/token x {len(plan.pes)} PE(s) = {plan.n_feasible * len(plan.pes)} "
+            f"candidates")
+
+
+def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
+               report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None) -> int:
+    """Open, run and close the search of ``plan``; the exit code. ``narrow`` (a prescreen)
+    may replace the plan once the study folder is made, before the study is opened. A bad
+    setting found on the way is one line and exit 2, and takes back the study folder this
+    call made; a storage fault exit 1."""
+    head = headline(plan)
+    # open: every check before Ray starts (which is imported only then: a bad setting answers at once)
+    made = False
+    try:
+        if ray_address and ray_address != "auto":
+            from .executor import check_reachable
+
+            check_reachable(ray_address)
+        from .driver import Driver
+        from .ledger import Ledger, check_storage
+        from .report.terminal import ProgressBar
+        from .results import RunsFile
+        from .study import SearchStudy
+
+        engine = None if plan.default_storage else check_storage(plan.storage_url)  # the default is in the folder
+        made = check_results_dir(plan.study_dir)
+        RunsFile(plan.study_dir / "runs.csv").check()
+        if narrow is not None:
+            plan = narrow(plan)
+        engine = engine or check_storage(plan.storage_url)
+        ledger = Ledger(engine, plan.study)
+        study = SearchStudy(plan, ledger)
+        plan.write_study_json()
+        bar = ProgressBar(plan, quiet)
+        driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
+    except (ConfigError, DataError) as exc:
+        if made:
+            forget_new_folder(plan.study_dir)
+        return fail(prog, exc)
+    except StorageFault as exc:
+        print(f"{prog}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted before the search started", file=sys.stderr)
+        return EXIT_INTERRUPTED[signal.SIGINT]
+    print(head, file=sys.stderr)
+    print(f"study {plan.study} ({plan.sampler}, {plan.seeds} seeds) -> {plan.study_dir}/ ; storage "
+          f"{plan.storage_for_files() if not plan.default_storage else plan.storage_url}", file=sys.stderr)
+
+    # run: Ctrl-C and SIGTERM become Interrupted wherever the main thread is
+    previous = {s: signal.signal(s, _on_signal) for s in EXIT_INTERRUPTED}
+    ray, wall = None, 0.0
+    try:
+        if driver.has_work():
+            from .executor import execute, start_ray
+
+            ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
+            for s in EXIT_INTERRUPTED:  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
+                signal.signal(s, _on_signal)
+            faults.point("ray-start")
+            bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
+            driver.start_heartbeat()
+            t0 = time.perf_counter()
+            execute(driver)
+            wall = time.perf_counter() - t0
+    except KeyboardInterrupt as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
+        signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+        for s in EXIT_INTERRUPTED:
+            signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        bar.close()
+        closed = driver.close()
+        if ray is not None and not ray_address:
+            ray.shutdown()
+        print(f"{prog}: interrupted ({signal.Signals(signum).name}); {closed} unfinished trial(s) closed "
+              f"— run the same command again to resume", file=sys.stderr)
+        return EXIT_INTERRUPTED[signum]
+    except ConfigError as exc:
+        driver.close()
+        return fail(prog, exc)
+    except StorageFault as exc:
+        bar.close()
+        return storage_failed(prog, exc, driver, ray if not ray_address else None)
+    else:
+        # close: the handlers stay until the report is written, so a signal here ends the run with its code too
+        try:
+            bar.close()
+            try:
+                driver.close()
+            except StorageFault as exc:
+                return storage_failed(prog, exc, driver, ray if not ray_address else None)
+            if ray is not None and not ray_address:
+                ray.shutdown()
+            from .report.terminal import summarise
+
+            summarise(plan, driver.progress, driver.rows(), wall)
+            if report:
+                write_report(prog, plan)
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+            for s in EXIT_INTERRUPTED:
+                signal.signal(s, signal.SIG_IGN)
+            print(f"{prog}: interrupted ({signal.Signals(signum).name}) while writing the summary and report; "
+                  f"every training is recorded — run the same command again to write them", file=sys.stderr)
+            return EXIT_INTERRUPTED[signum]
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
+    return 0
+
+
+def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
+    """The storage or the study folder failed mid-search (a fault of the machine): close
+    what the storage still lets us close, stop a local Ray, say so in one line, exit 1.
+    Every row stored before the fault stays; the next run trains the rest."""
+    try:
+        closed = f"{driver.close()} unfinished trial(s) closed"
+    except Exception:  # the storage still fails: the next run closes them
+        closed = "unfinished trials are closed by the next run"
+    if ray is not None:
+        ray.shutdown()
+    print(f"{prog}: {fault}; {closed} — free the space or bring the database back, then run the same command "
+          f"again to resume", file=sys.stderr)
+    return 1
+
+
+def check_results_dir(path: Path) -> bool:
+    """Make the study folder ``path`` (and its parents) and check it is writable; True when
+    this call made it (then :func:`forget_new_folder` may take it back)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()  # atomic: of two drivers starting at once, one made it
+            made = True
+        except FileExistsError:
+            made = False
+        probe = path / ".write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--results-dir {path} is not writable ({exc.strerror}); choose another") from None
+    return made
+
+
+def forget_new_folder(path: Path) -> None:
+    """After a failed check: remove the study folder this command made, if it is still empty
+    (never one another driver has begun to fill; the caller never passes one that was there)."""
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def os_reason(exc: OSError) -> str:
+    """An OSError in a few words: its reason and the file (the target of a rename)."""
+    path = exc.filename2 or exc.filename
+    return f"{exc.strerror or type(exc).__name__}" + (f": {path}" if path else "")
+
+
+def write_report(prog: str, plan: SearchPlan) -> None:
+    """The report is a view of the results: a failure here never fails the search."""
+    from .plan import read_study_json
+    from .report import ReportError
+    from .report import write_report as write
+    from .study import attach_figure
+
+    faults.point("report")
+    try:
+        report = write(plan.study_dir, alpha=plan.alpha)
+    except (ReportError, ConfigError) as exc:
+        print(f"{prog}: no report: {exc}", file=sys.stderr)
+        return
+    except OSError as exc:  # a full disk, or report.html is not a file: every row is already written
+        print(f"{prog}: no report: it could not be written in {plan.study_dir} ({os_reason(exc)}); "
+              f"fix that, then python -m searchmaps.report {plan.study_dir} writes it", file=sys.stderr)
+        return
+    why = attach_figure(plan.study_dir, read_study_json(plan.study_dir / "study.json"), report.pareto_figure,
+                        storage=plan.storage_url)
+    if why:
+        print(f"{prog}: warning: the Pareto figure is not in the dashboard ({why})", file=sys.stderr)
+    print(f"report: {report.path}", file=sys.stderr)

@@ -1,0 +1,58 @@
+"""The supernet as a prescreen of a search (``searchmaps.run --prescreen supernet``): score
+every feasible map with a supernet's weights, then keep only the best for the seeded
+stand-alone study. Functions over a :class:`~searchmaps.plan.SearchPlan`; the commands call
+them, they never read flags."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from collections.abc import Callable
+
+from ..config import Candidate, ConfigError, ReuseMap, TrialSpec
+from ..plan import SearchPlan
+from ..spaces import feasible_maps
+from . import ensure_scores
+
+
+def supernet_specs(plan: SearchPlan, seeds: int) -> list[TrialSpec]:
+    """One training spec per supernet seed: the plan's protocol, validated on its cheapest map."""
+    cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
+    return [plan.spec(Candidate(cheap, plan.pes[0]), seed) for seed in range(seeds)]
+
+
+def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool = True,
+                    log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)):
+    """Train (or read back) the plan's supernet, one per seed, and score every feasible map:
+    :func:`searchmaps.supernet.ensure_scores` in the plan's study folder."""
+    return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds), sampling,
+                         workers=plan.workers, progress=progress, log=log)
+
+
+def check_prescreen(plan: SearchPlan) -> None:
+    """A prescreen picks the maps itself, for one PE."""
+    if plan.maps or len(plan.pes) > 1:
+        raise ConfigError("--prescreen chooses the maps itself for one PE: drop --maps, give one --pe")
+
+
+def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: bool = True,
+              log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)) -> SearchPlan:
+    """Train (or read back) the supernet over every feasible map and narrow the plan to the
+    ``keep`` maps it scores best, plus the baseline when it is feasible; writes
+    ``prescreen.json`` in the study folder (which must exist)."""
+    check_prescreen(plan)
+    scores = supernet_scores(plan, seeds, sampling, progress=progress, log=log)
+    ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
+    kept = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[:keep]]
+    # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
+    # the (perhaps randomly sampled) candidates of the un-narrowed plan hold it
+    base = ReuseMap.baseline(plan.space.model.n_layers)
+    with_base = plan.feasible(Candidate(base, plan.pes[0])) and base not in kept
+    if with_base:
+        kept.append(base)
+    info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling,
+            "baseline": with_base, "maps_scored": int(ranked.size)}
+    (plan.study_dir / "prescreen.json").write_text(json.dumps(info, indent=2) + "\n")
+    log(f"prescreen: the supernet scored {ranked.size} maps; keeping {', '.join(map(str, kept))}")
+    return dataclasses.replace(plan, maps=tuple(kept), sampler="grid", trials=None)  # every kept map
