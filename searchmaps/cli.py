@@ -242,12 +242,14 @@ def build_search_parser() -> Parser:
                    help="statistical successive halving along the ladder: after each horizon only the candidates "
                         "in its top group go on (their runs continue from a saved state)")
     g = p.add_argument_group("proxy overrides (default: the space's)")
-    g.add_argument("--batch-size", type=int, default=None)
-    g.add_argument("--lr", type=number, default=None)
+    g.add_argument("--batch-size", type=int, default=None, help="sequences per step")
+    g.add_argument("--lr", type=number, default=None, help="peak learning rate, every map (see --lr-grid to fit it per map)")
     add_schedule_args(g)
-    g.add_argument("--eval-tokens", type=count, default=None)
-    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto")
-    g.add_argument("--compile", choices=("auto", "on", "off"), default="auto")
+    g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation")
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="auto: bf16 autocast where the hardware supports it, else fp32")
+    g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
     add_model_args(p)
     add_runtime_args(p)
     o = p.add_argument_group("study, storage and Ray")
@@ -257,7 +259,7 @@ def build_search_parser() -> Parser:
                    help="Optuna storage URL shared by several machines (default sqlite:///results/<study>/optuna.db)")
     o.add_argument("--ray-address", default=None, help="join a Ray cluster: auto or HOST:PORT (default: start Ray locally)")
     o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
-    o.add_argument("--cpus-per-trial", type=number, default=1.0)
+    o.add_argument("--cpus-per-trial", type=number, default=1.0, help="CPUs Ray reserves for each training (default 1)")
     o.add_argument("--gpus-per-trial", type=number, default=0.0, help="a fraction lets several proxies share one GPU")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "

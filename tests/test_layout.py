@@ -138,3 +138,15 @@ def test_no_use_of_optunas_private_attributes():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.Attribute):
                 assert node.attr not in private, f"{name} uses .{node.attr}"
+
+
+def test_every_flag_of_every_command_says_what_it_does():
+    """`--help` is the flag reference the docs point at: no entry without its text."""
+    import argparse
+
+    from searchmaps.cli import build_search_parser, build_train_parser
+
+    for parser in (build_search_parser(), build_train_parser()):
+        bare = [a.option_strings[0] for a in parser._actions
+                if a.option_strings and not a.help and not isinstance(a, argparse._HelpAction)]
+        assert not bare, f"{parser.prog}: {bare}"
