@@ -807,11 +807,26 @@ def test_the_terminal_summary_says_it_too():
     group = top_group(to_matrix(pd.DataFrame(rows), "val_loss"), DEFAULT_RULE)
     assert lines[0] == (f"top group (moderated rule, alpha 0.05, each pair over the seeds it shares, up to 5): "
                         f"{', '.join(group)}")
+    assert len(group) == len(unequal_noise_results())  # no map out: no "ruled out" line
     assert lines[1].startswith("The maps' seed noise differs") and "`" not in lines[1]
     assert "hsd, which assumes equal noise, would leave out" in lines[1]
     assert lines[2].startswith("smallest gap to the best these seeds rule out with 80 % power")
     quiet = [r for r in rows if r["candidate"] in list(unequal_noise_results())[4:]]
     assert not any("seed noise differs" in line for line in top_group_lines(pd.DataFrame(quiet), "hsd", 0.05))
+
+
+def test_the_terminal_summary_names_the_maps_the_seeds_rule_out():
+    from searchmaps.report.terminal import top_group_lines
+
+    rng = np.random.default_rng(5)
+    shift = {"1,1|rope": 0.0, "2,1|rope": 0.01, "4,1|rope": 0.5, "block:2|rope": 0.6}
+    rows = [{"candidate": c, "seed": s, "val_loss": 3.0 + d + 0.1 * z + 0.02 * rng.normal()}
+            for s, z in enumerate(rng.normal(size=4)) for c, d in shift.items()]
+    rows = [{**r, "val_ppl": float(np.exp(r["val_loss"]))} for r in rows]
+    lines = top_group_lines(pd.DataFrame(rows), DEFAULT_RULE, 0.05)
+    assert lines[0].endswith("): 1,1|rope, 2,1|rope")
+    assert lines[1] == "ruled out (worse than 1,1|rope beyond chance): 4,1|rope, block:2|rope"
+    assert lines[-1].startswith("smallest gap to the best these seeds rule out")
 
 
 def test_a_spread_within_chance_is_said_when_hsd_would_conclude_otherwise(tmp_path):

@@ -107,8 +107,8 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float) -> None:
 
 def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
     """The terminal summary's answer for successful rows ``ok`` (two or more candidates):
-    the top group by ``rule`` on validation loss, the sentence on unequal seed noise when
-    it applies, and the smallest gap these seeds resolve."""
+    the top group by ``rule`` on validation loss, the maps it rules out, the sentence on
+    unequal seed noise when it applies, and the smallest gap these seeds resolve."""
     mat = stats.to_matrix(ok, "val_loss")  # tests and top groups on validation loss (nats); ppl for display
     detail = rule_detail(mat, rule, alpha)
     group = detail.members
@@ -116,6 +116,9 @@ def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
     seeds = (f"each pair over the seeds it shares, up to {detail.n_seeds}" if detail.per_pair
              else f"over the {det['n_seeds']} seeds all {det['k']} candidates share")
     out = [f"top group ({rule} rule, alpha {alpha:g}, {seeds}): {', '.join(group)}"]
+    rest = [str(c) for c in mat.columns if c not in group]
+    if rest:
+        out.append(f"ruled out (worse than {detail.best} beyond chance): {', '.join(rest)}")
     noise = noise_sentence(noise_check(mat, rule, alpha))
     if noise:
         out.append(noise.replace("`", ""))
