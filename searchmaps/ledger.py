@@ -177,6 +177,28 @@ def describe_db_error(exc: Exception) -> str:
     return (lines[-1] if lines else type(orig).__name__)[:200]
 
 
+SCHEMA_LOCK = 0x5EA2C4  # the PostgreSQL advisory lock drivers take while they create the tables
+
+
+def create_tables(engine: sa.engine.Engine, tries: int = 6) -> None:
+    """Create searchmaps' tables if they are missing. Two drivers started at the same
+    instant on a fresh PostgreSQL database would both issue ``CREATE TABLE`` and one would
+    fail on PostgreSQL's catalogue (``pg_type_typname_nsp_index``): there the creation runs
+    under a transaction-scoped advisory lock, so the second driver waits and then finds
+    the tables. A race the lock does not cover (another client's DDL) is tried again."""
+    for attempt in range(tries):
+        try:
+            with engine.begin() as conn:
+                if conn.dialect.name == "postgresql":
+                    conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+                _meta.create_all(conn)
+            return
+        except (sa.exc.IntegrityError, sa.exc.ProgrammingError):
+            if attempt == tries - 1:
+                raise
+            time.sleep(0.2 * (attempt + 1))
+
+
 def check_storage(url: str) -> sa.engine.Engine:
     """Connect, create searchmaps' tables if needed and write one row: the checks a
     search would otherwise fail on minutes later, after Ray started. Returns the engine;
@@ -191,7 +213,7 @@ def check_storage(url: str) -> sa.engine.Engine:
             raise StorageError(f"--storage {url}: folder {folder} is not writable (SQLite needs to write its "
                                f"journal there); choose another path")
     try:
-        _meta.create_all(engine)
+        create_tables(engine)
         with engine.begin() as conn:
             probe = f"probe-{uuid.uuid4().hex}"
             conn.execute(drivers.insert().values(id=probe, study="", host="", pid=0, started_at=0.0,
@@ -244,7 +266,7 @@ class Ledger:
         self.study = study
         self.host = socket.gethostname()
         self.driver_id = driver_id or f"{self.host}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        _meta.create_all(self.engine)
+        create_tables(self.engine)
 
     # ------------------------------------------------------------------ drivers
 

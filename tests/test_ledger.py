@@ -4,13 +4,15 @@ server. Other drivers are real processes; a dead one is a process that was kille
 import multiprocessing as mp
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
 import sqlalchemy as sa
 from helpers import record
 
-from searchmaps.ledger import GRACE_S, Ledger, StorageError, check_storage, drivers, make_engine, storage_fault
+from searchmaps.ledger import (GRACE_S, _meta, Ledger, StorageError, check_storage, create_tables, drivers, make_engine,
+                               storage_fault)
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -183,6 +185,37 @@ def test_a_good_storage_passes_the_check(url):
     engine = check_storage(url)
     with engine.begin() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(drivers)).scalar() == 0
+
+
+def test_drivers_creating_the_tables_at_the_same_instant_all_succeed(url):
+    """Eight connections create the tables of one fresh database at the same instant (what
+    two drivers started together do), five times over: all succeed, and the storage check
+    passes after. Unlocked, PostgreSQL fails some of them on its catalogue (duplicate key
+    in pg_type_typname_nsp_index), as CI once saw."""
+    engines = [make_engine(url) for _ in range(8)]
+    for _round in range(5):
+        _meta.drop_all(engines[0])
+        for engine in engines:
+            with engine.connect():
+                pass  # connected before the start, so the creations meet
+        barrier = threading.Barrier(len(engines))
+        results = []
+
+        def create(engine):
+            barrier.wait()
+            try:
+                create_tables(engine)
+                results.append("ok")
+            except sa.exc.SQLAlchemyError as exc:
+                results.append(str(exc).splitlines()[0])
+
+        threads = [threading.Thread(target=create, args=(e,)) for e in engines]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=120)
+        assert results == ["ok"] * len(engines), results
+    check_storage(url)
 
 
 def test_a_storage_that_fails_mid_search_is_one_line_without_the_password():
