@@ -148,9 +148,13 @@ def build_train_parser() -> Parser:
     p.add_argument("--map", default="1,1,1,1", help="reuse map: 4,2,1,1 (ILR) or block:2 (default 1,1,1,1)")
     p.add_argument("--pe", default="rope", help=f"positional encoding: {', '.join(POSITIONAL_ENCODINGS)}")
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
+    p.add_argument("--seeds", type=int, default=1,
+                   help="train seeds --seed .. --seed+N-1 packed into one training (default 1: alone)")
     add_model_args(p)
     add_train_args(p)
     add_runtime_args(p)
+    p.add_argument("--runs", default=None,
+                   help="also append the records to this runs.csv (a study folder's; rows it holds are kept)")
     p.add_argument("--json", action="store_true", help="print the record as one JSON line")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     return p

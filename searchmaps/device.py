@@ -17,7 +17,10 @@ def resolve_device(device: str) -> str:
     import torch
 
     if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if not torch.cuda.is_available():
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    elif not torch.cuda.is_available():
         raise ConfigError("--device cuda: no CUDA device is visible; use --device cpu or auto")
+    if device != "cpu":  # TF32 for the fp32 matrix products a GPU runs (bf16 runs are unaffected)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return device

@@ -111,6 +111,7 @@ class RunRecord:
     rss_mb: float = _NAN  # resident memory of the worker process after the training
     data_fingerprint: str = ""
     device: str = ""
+    packed: int = 1  # seeds trained together in one packed training (searchmaps.train.packed)
     torch_version: str = ""
     host: str = ""
     curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
@@ -205,14 +206,14 @@ def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) 
 
 _FIELD_NAMES = {f.name for f in dataclasses.fields(RunRecord)}
 _INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
-        "kv_bytes_per_token", "steps", "steps_planned", "tokens"}
+        "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed"}
 _FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb"}
 COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", "status", "error", "horizon",
            "horizon_target",
            "config_hash", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
            "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
            "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
-           "torch_version", "host", "curve"]
+           "packed", "torch_version", "host", "curve"]
 _RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
 _REQUIRED = ("map", "pe", "seed", "status")
 
@@ -247,7 +248,8 @@ def parse_row(row: Mapping[str, str], where: str) -> RunRecord:
             continue
         try:
             if key in _INT:
-                kw[key] = int(float(text)) if text not in ("", "nan") else 0
+                default = 1 if key == "packed" else 0  # rows written before packing trained alone
+                kw[key] = int(float(text)) if text not in ("", "nan") else default
             elif key in _FLOAT:
                 kw[key] = float(text) if text != "" else _NAN
             elif key == "curve":

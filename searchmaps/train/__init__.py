@@ -21,6 +21,7 @@ rung, failures included); this module puts them together.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import sys
@@ -38,7 +39,7 @@ from .ladder import EvalCallback, Training, climb, progress_total
 from .records import History, RungRecords, failure_reason, unrun_records, wanted_rungs
 from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Guard, Stop, TrainStep, autocast, evaluate
 
-__all__ = ["train", "train_ladder", "train_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
+__all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Guard", "Stop", "History", "failure_reason"]
 
 
@@ -119,21 +120,8 @@ def train_ladder(
     An error that is not the training's own (out of memory, a bug in a callback) fails
     every rung not yet recorded, from the shared phase's history.
     """
-    corpus = corpus if corpus is not None else load_corpus(spec.data)
+    corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     cfg = spec.model
-    if cfg.vocab_size < corpus.vocab_size:
-        raise ConfigError(
-            f"--vocab-size {cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})"
-        )
-    check_fits(corpus, spec.train.batch_size, cfg.seq_len, spec.train.eval_tokens)
-    device = resolve_device(spec.device)
-    lad = make_ladder(spec, horizons)
-    last = lad.rungs - 1 if last is None else last
-    if not 0 <= first <= last < lad.rungs:
-        raise ValueError(f"rungs {first}..{last} are not a segment of a {lad.rungs}-rung ladder")
-    wanted = wanted_rungs(lad, first, last, record)
-    if first > 0 and resume is None:
-        raise ValueError("a segment after the first rung continues from a saved state: give resume=")
     rungs = RungRecords(lad, {i: describe(lad.specs[i], corpus.fingerprint).replace(device=device, rung=i)
                               for i in range(first, last + 1)}, wanted, on_rung)
 
@@ -153,6 +141,95 @@ def train_ladder(
     finally:
         bar.close()
     return rungs.records
+
+
+def _prepare(spec: TrialSpec, horizons, corpus: Corpus | None, record, first: int, last: int | None, resume):
+    """What every training checks before it starts: the corpus (loaded if not given) fits
+    the model and the batches, the device exists, the segment lies on the ladder."""
+    corpus = corpus if corpus is not None else load_corpus(spec.data)
+    cfg = spec.model
+    if cfg.vocab_size < corpus.vocab_size:
+        raise ConfigError(
+            f"--vocab-size {cfg.vocab_size} is smaller than the corpus vocabulary ({corpus.vocab_size})"
+        )
+    check_fits(corpus, spec.train.batch_size, cfg.seq_len, spec.train.eval_tokens)
+    device = resolve_device(spec.device)
+    lad = make_ladder(spec, horizons)
+    last = lad.rungs - 1 if last is None else last
+    if not 0 <= first <= last < lad.rungs:
+        raise ValueError(f"rungs {first}..{last} are not a segment of a {lad.rungs}-rung ladder")
+    if first > 0 and resume is None:
+        raise ValueError("a segment after the first rung continues from a saved state: give resume=")
+    return corpus, device, lad, last, wanted_rungs(lad, first, last, record)
+
+
+def train_packed(
+    specs: Sequence[TrialSpec],
+    horizons: Sequence[float] | None = None,
+    corpus: Corpus | None = None,
+    *,
+    record: Iterable[int] | None = None,
+    first: int = 0,
+    last: int | None = None,
+    resume: Sequence[str | os.PathLike] | None = None,
+    save: Sequence[str | os.PathLike | None] | None = None,
+    on_rung: Callable[[RunRecord], None] | None = None,
+    progress: bool = False,
+    sync_every: int | None = None,
+) -> list[RunRecord]:
+    """:func:`train_ladder` for several seeds of one candidate trained as one
+    (:mod:`.packed`): ``specs`` differ in their seed only; ``resume`` and ``save`` hold a
+    state file per seed. Returns every seed's records (seed, then rung), each with
+    ``packed`` = the number of seeds; a seed that fails is recorded failed while the others
+    go on. An error that is not a training's own fails every seed's rungs not yet recorded."""
+    from .packed import PackedHistory, PackedRungs, PackedTraining
+
+    specs = list(specs)
+    spec = specs[0]
+    same = {dataclasses.replace(s, seed=spec.seed).config_hash() for s in specs}
+    if len({s.seed for s in specs}) != len(specs) or len(same) != 1:
+        raise ValueError("packed seeds must be one candidate's config with distinct seeds")
+    corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
+    lads = [make_ladder(s, horizons) for s in specs]
+    n = len(specs)
+    per_seed = [RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint).replace(
+        device=device, rung=i, packed=n) for i in range(first, last + 1)}, wanted, on_rung) for k in range(n)]
+    rungs = PackedRungs(per_seed)
+    torch.set_num_threads(spec.threads)
+    seeds = ",".join(str(s.seed) for s in specs)
+    bar = _progress_bar(progress_total(lad, first, last, wanted), f"{spec.model.reuse} seeds {seeds}", progress)
+    history = PackedHistory.fresh(n)
+    try:
+        training = PackedTraining(specs, lads, corpus, device, bar, sync_every)
+        if resume is not None:
+            history = training.load(resume, first - 1)
+        climb(lad, training, history, rungs, first, last, save=save)
+    except (RuntimeError, MemoryError) as exc:
+        rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
+    finally:
+        bar.close()
+    return rungs.records
+
+
+def train_packed_or_fail(specs: Sequence[TrialSpec], vocab_size: int | None = None,
+                         horizons: Sequence[float] | None = None, **kwargs) -> list[RunRecord]:
+    """:func:`train_packed` for a worker process, as :func:`train_or_fail` is for one seed:
+    any error comes back as ``failed`` records, one per seed and rung asked for."""
+    specs = list(specs)
+    try:
+        return train_packed(specs, horizons, _cached_corpus(specs[0].data, vocab_size), **kwargs)
+    except Exception as exc:  # a worker must report, never crash the search
+        reason = failure_reason(exc, 300)
+        out = []
+        for spec in specs:
+            try:
+                lad = make_ladder(spec, horizons)
+            except Exception:
+                out.append(failed_record(spec, reason).replace(packed=len(specs)))
+                continue
+            out += [r.replace(packed=len(specs)) for r in unrun_records(
+                lad, wanted_rungs(lad, kwargs.get("first", 0), kwargs.get("last"), kwargs.get("record")), reason)]
+        return out
 
 
 def _progress_bar(total: int, desc: str, enabled: bool):

@@ -126,11 +126,17 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
 
 def make_optimizer(model: LoopedLM, spec: TrialSpec) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices and embeddings only, not on norm gains."""
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    return adamw(list(model.parameters()), spec)
+
+
+def adamw(params: list[torch.Tensor], spec: TrialSpec, stacked: bool = False) -> torch.optim.AdamW:
+    """AdamW over ``params``; weight decay on matrices and embeddings only, not on norm
+    gains. ``stacked``: the weights carry a leading seed dimension (packed seeds)."""
+    rank = 3 if stacked else 2
     t = spec.train
     return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": t.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        [{"params": [p for p in params if p.dim() >= rank], "weight_decay": t.weight_decay},
+         {"params": [p for p in params if p.dim() < rank], "weight_decay": 0.0}],
         lr=t.lr,
         betas=(t.beta1, t.beta2),
         fused=True,

@@ -1,0 +1,304 @@
+"""Seeds packed into one training: S seeds of one candidate train as one computation.
+
+The S models are built exactly as their separate trainings build them (``torch.manual_seed``
+then :class:`~searchmaps.model.LoopedLM`), and their weights are stacked along a leading
+seed dimension (``torch.func.stack_module_state``). One step runs the model's own forward
+under ``torch.vmap`` over that dimension (``functional_call``): every linear becomes one
+batched matrix product over the seeds, with the model's code unchanged, so every encoding,
+map kind and residual option packs as it trains alone. Each seed keeps its own data
+stream; the seeds' losses are **summed**, so each seed's gradient is its own; gradients
+are clipped **per seed** (torch's global-norm formula applied to each seed's slice);
+AdamW is elementwise, so its state is per seed by construction.
+
+A seed whose loss turns non-finite or diverges (:class:`~searchmaps.train.step.Guard`) is
+stopped and recorded failed with its reason, the step it failed at and the history it had;
+the others go on. Losses stay on the device and are checked every ``sync_every`` steps (1
+on CPU: the same steps as a separate training; more on a GPU, where reading a loss waits
+for the device): a seed that fails between two checks is found at the next, and its record
+says the step it failed at. A stopped seed's weights are masked out of every later update.
+
+:class:`PackedTraining` is a :class:`~searchmaps.train.ladder.Climber`: horizon ladders,
+their branches and saved states work packed. States are saved per seed, in the format of
+a separate training, so a seed can continue packed or alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch.func import functional_call, stack_module_state, vmap
+
+from ..config import TrialSpec
+from ..data import Corpus, train_batches, val_batches
+from ..model import LoopedLM
+from ..results import RunRecord, Status
+from ..schedule import Ladder, lr_at, tokens_per_step
+from .ladder import EvalCallback, state_key
+from .records import History, RungRecords
+from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast
+
+
+@dataclasses.dataclass
+class PackedHistory:
+    """The seeds' histories along one path of the ladder, and which of them stopped (their
+    status and reason; None: still training). ``step`` is the packed run's step."""
+
+    seeds: list[History]
+    stopped: list[tuple[Status, str] | None]
+    step: int = 0
+
+    @classmethod
+    def fresh(cls, n: int) -> "PackedHistory":
+        return cls([History() for _ in range(n)], [None] * n)
+
+    def copy(self) -> "PackedHistory":
+        return PackedHistory([h.copy() for h in self.seeds], list(self.stopped), self.step)
+
+    @property
+    def alive(self) -> list[int]:
+        return [s for s, st in enumerate(self.stopped) if st is None]
+
+
+class PackedRungs:
+    """One :class:`~searchmaps.train.records.RungRecords` per seed, driven as one: a rung
+    finishes for every seed at once, each seed with its own stop if it had one."""
+
+    def __init__(self, per_seed: Sequence[RungRecords]):
+        self.per_seed = list(per_seed)
+        self.wanted = self.per_seed[0].wanted
+
+    def finish(self, rung: int, history: PackedHistory, status: Status = Status.OK, reason: str = "") -> None:
+        for s, rungs in enumerate(self.per_seed):
+            rungs.finish(rung, history.seeds[s], *(history.stopped[s] or (status, reason)))
+
+    def fail_rest(self, history: PackedHistory, status: Status, reason: str) -> None:
+        for s, rungs in enumerate(self.per_seed):
+            rungs.fail_rest(history.seeds[s], *(history.stopped[s] or (status, reason)))
+
+    @property
+    def records(self) -> list[RunRecord]:
+        return [r for rungs in self.per_seed for r in rungs.records]
+
+
+def default_sync_every(device: str) -> int:
+    """Steps between reads of the losses: every step on CPU (the checks a separate training
+    makes), 50 on a GPU (a read waits for the device)."""
+    return 1 if device == "cpu" else 50
+
+
+class PackedTraining:
+    """The seeds of ``specs`` (one candidate; the specs differ in their seed only) trained
+    as one on ``corpus`` along ``lads`` (each seed's ladder; they differ in the seed only).
+    A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
+
+    def __init__(self, specs: Sequence[TrialSpec], lads: Sequence[Ladder], corpus: Corpus, device: str, bar=None,
+                 sync_every: int | None = None):
+        spec = specs[0]
+        cfg, t = spec.model, spec.train
+        self.specs, self.lads, self.lad, self.n = list(specs), list(lads), lads[0], len(specs)
+        self.device, self.precision, self.bar, self.grad_clip = device, t.precision, bar, t.grad_clip
+        self.per_step = tokens_per_step(spec)
+        self.sync_every = sync_every or default_sync_every(device)
+        models = []
+        for s in specs:  # the generator stream of each seed's separate training
+            torch.manual_seed(s.seed)
+            models.append(LoopedLM(cfg))
+        params, buffers = stack_module_state(models)
+        self.params = {k: v.detach().to(device).requires_grad_() for k, v in params.items()}
+        self.buffers = {k: v.to(device) for k, v in buffers.items()}
+        self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
+        self.opt = adamw(list(self.params.values()), spec, stacked=True)
+        self.val = val_batches(corpus, t.batch_size, cfg.seq_len, t.eval_tokens)
+        self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
+        self.guard = Guard(cfg.vocab_size, self.lad.warmup)
+
+        def loss(p, b, x, y):
+            return functional_call(self.template, (p, b), (x, y))[1]
+
+        self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
+        self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
+        if t.compile:  # one graph for the whole packed step's forward: the map is unrolled in it
+            self._train_losses = torch.compile(self._train_losses, dynamic=False)
+            self._val_losses = torch.compile(self._val_losses, dynamic=False)
+
+    # ------------------------------------------------------------------ steps
+
+    def _step(self, batch, lr: float, alive: torch.Tensor) -> torch.Tensor:
+        """One update of every seed in ``alive`` (a bool [S] tensor on the device); returns
+        the seeds' losses [S], still on the device."""
+        x = torch.stack([b[0] for b in batch]).to(self.device, non_blocking=True)
+        y = torch.stack([b[1] for b in batch]).to(self.device, non_blocking=True)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        with autocast(self.device, self.precision), warnings.catch_warnings():
+            # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
+            warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+            losses = self._train_losses(self.params, self.buffers, x, y)
+        ok = alive & torch.isfinite(losses.detach())
+        self.opt.zero_grad(set_to_none=True)
+        torch.where(ok, losses, torch.zeros_like(losses)).sum().backward()
+        self._clip(ok)
+        self.opt.step()
+        return losses.detach()
+
+    def _clip(self, ok: torch.Tensor) -> None:
+        """Per seed, what ``clip_grad_norm_`` does to one model: the norm of the per-tensor
+        norms, coefficient ``max / (norm + 1e-6)`` clamped to 1; seeds not ``ok`` get zero."""
+        grads = [p.grad for p in self.params.values() if p.grad is not None]
+        norms = torch.stack([torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads])  # [P, S]
+        total = torch.linalg.vector_norm(norms, dim=0)  # [S]
+        coef = torch.clamp(self.grad_clip / (total + 1e-6), max=1.0)
+        coef = torch.where(ok, coef, torch.zeros_like(coef))
+        for g in grads:
+            shape = (-1,) + (1,) * (g.dim() - 1)
+            g.copy_(torch.where(ok.view(shape), g * coef.view(shape).to(g.dtype), torch.zeros_like(g)))
+
+    def _check(self, history: PackedHistory, pending: list[tuple[int, torch.Tensor]]) -> None:
+        """Read the pending losses and run each live seed's checks step by step, as its own
+        training would have: a seed that fails stops at that step, with its reason."""
+        if not pending:
+            return
+        values = torch.stack([v for _, v in pending]).float().cpu().tolist()
+        for (step, _), row in zip(pending, values):
+            for s in history.alive:
+                h = history.seeds[s]
+                try:
+                    self.guard.train_loss(step, [*h.losses[max(0, len(h.losses) - DIVERGENCE_WINDOW + 1):], row[s]])
+                except Stop as stop:
+                    history.stopped[s] = (stop.status, stop.reason)
+                    continue
+                h.losses.append(row[s])
+                h.step = step
+        pending.clear()
+
+    def advance(self, history: PackedHistory, rung: int, until: int, evals: set[int],
+                check_eval: EvalCallback | None = None) -> None:
+        """Advance every live seed to step ``until`` under rung ``rung``'s schedule,
+        validating after the steps in ``evals``. Raises :class:`~searchmaps.train.step.Stop`
+        when no seed is left."""
+        rspec, rsteps = self.lad.specs[rung], self.lad.steps[rung]
+        running = history.alive
+        t0, c0 = time.perf_counter(), time.process_time()
+        pending: list[tuple[int, torch.Tensor]] = []
+        try:
+            while history.step < until and history.alive:
+                step = history.step + 1
+                alive = torch.tensor([st is None for st in history.stopped], device=self.device)
+                batch = [next(b) for b in self.batches]
+                pending.append((step, self._step(batch, lr_at(step - 1, rsteps, rspec), alive)))
+                history.step = step
+                if self.bar is not None:
+                    self.bar.update(1)
+                if step in evals or len(pending) >= self.sync_every or step == until:
+                    self._check(history, pending)
+                if step in evals and history.alive:
+                    self.validate(history, step)
+        finally:
+            self._check(history, pending)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            for s in running:
+                history.seeds[s].wall_s += wall
+                history.seeds[s].cpu_s += cpu
+        if not history.alive:
+            raise Stop(Status.FAILED, "every seed of the packed training stopped")
+
+    @torch.no_grad()
+    def evaluate(self) -> list[float]:
+        """Each seed's mean validation cross-entropy (nats per token) over the fixed batches."""
+        self.template.eval()
+        total, count = torch.zeros(self.n, dtype=torch.float64, device=self.device), 0
+        for x, y in self.val:
+            x, y = x.to(self.device), y.to(self.device)
+            with autocast(self.device, self.precision), warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+                losses = self._val_losses(self.params, self.buffers, x, y)
+            total += losses.double() * y.numel()
+            count += y.numel()
+        self.template.train()
+        return (total / count).tolist()
+
+    def validate(self, history: PackedHistory, step: int) -> None:
+        e0 = time.perf_counter()
+        losses = self.evaluate()
+        spent = time.perf_counter() - e0
+        for s in history.alive:
+            h = history.seeds[s]
+            h.eval_s += spent
+            h.curve.append({"step": step, "tokens": step * self.per_step, "val_loss": losses[s]})
+            try:
+                self.guard.val_loss(step, losses[s])
+            except Stop as stop:
+                history.stopped[s] = (stop.status, stop.reason)
+        if self.bar is not None:
+            self.bar.set_postfix(val_loss=" ".join(f"{v:.3f}" for v in losses))
+
+    # ------------------------------------------------------------------ ladder states
+
+    def keep(self) -> tuple:
+        return ({k: v.detach().clone() for k, v in self.params.items()}, copy.deepcopy(self.opt.state_dict()),
+                [b.state() for b in self.batches])
+
+    def restore(self, kept: tuple) -> None:
+        with torch.no_grad():
+            for k, v in kept[0].items():
+                self.params[k].copy_(v)
+        self.opt.load_state_dict(kept[1])
+        for b, state in zip(self.batches, kept[2]):
+            b.restore(state)
+
+    def seed_model(self, s: int) -> LoopedLM:
+        """Seed ``s`` as a model of its own (a copy of its weights)."""
+        model = copy.deepcopy(self.template)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                p.copy_(self.params[name][s])
+        return model
+
+    def _seed_optimizer_state(self, s: int) -> dict:
+        full = self.opt.state_dict()
+        state = {i: {k: (v[s].clone() if torch.is_tensor(v) and v.dim() > 0 else copy.deepcopy(v))
+                     for k, v in st.items()} for i, st in full["state"].items()}
+        return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+    def save(self, targets: Sequence[str | os.PathLike | None], rung: int, history: PackedHistory) -> None:
+        """Each live seed's state at rung ``rung``'s cooldown start, in the format of its
+        separate training (:meth:`~searchmaps.train.ladder.Training.save`), written atomically."""
+        for s in history.alive:
+            if targets[s] is None:
+                continue
+            target = Path(targets[s])
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
+            torch.save({"key": state_key(self.lads[s], rung), "model": self.seed_model(s).state_dict(),
+                        "optimizer": self._seed_optimizer_state(s), "batches": self.batches[s].state(),
+                        "path": dataclasses.asdict(history.seeds[s])}, tmp)
+            os.replace(tmp, target)
+
+    def load(self, sources: Sequence[str | os.PathLike], rung: int) -> PackedHistory:
+        """Continue every seed from the state its training (packed or alone) saved at rung
+        ``rung``'s cooldown start; ValueError if one is another run's or they are at other steps."""
+        states = [torch.load(Path(src), map_location="cpu", weights_only=False) for src in sources]
+        for s, (src, state) in enumerate(zip(sources, states)):
+            want = state_key(self.lads[s], rung)
+            if state.get("key") != want:
+                raise ValueError(f"{src} is the state of another run ({state.get('key')}), not {want}")
+        with torch.no_grad():
+            for name, p in self.params.items():
+                p.copy_(torch.stack([state["model"][name] for state in states]).to(p.device))
+        opt = self.opt.state_dict()
+        for i in opt["state"] if opt["state"] else states[0]["optimizer"]["state"]:
+            per = [state["optimizer"]["state"][i] for state in states]
+            opt["state"][i] = {k: (torch.stack([d[k] for d in per]) if torch.is_tensor(v) and v.dim() > 0 else v)
+                               for k, v in per[0].items()}
+        self.opt.load_state_dict(opt)
+        for b, state in zip(self.batches, states):
+            b.restore(state["batches"])
+        seeds = [History(**state["path"]) for state in states]
+        return PackedHistory(seeds, [None] * self.n, seeds[0].step)
