@@ -120,8 +120,12 @@ class BatchStream:
         return self
 
     def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
-        starts = self._rng.integers(0, self._high, size=self._batch_size)
-        return _pair(self._corpus.train[starts[:, None] + self._offsets])
+        return _pair(self._corpus.train[self.next_starts()[:, None] + self._offsets])
+
+    def next_starts(self) -> np.ndarray:
+        """The next batch's window starts in the training split (what :meth:`__next__`
+        reads; a GPU trainer gathers the windows on the device from them)."""
+        return self._rng.integers(0, self._high, size=self._batch_size)
 
     def state(self) -> dict:
         import copy

@@ -14,7 +14,7 @@ ORDER = ["encodings", "config", "device", "flops", "faults", "model", "data", "s
          "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
          "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
          "topgroup", "racing", "stability",
-         "train", "train.step", "train.records", "train.ladder", "supernet", "scheduler", "ledger", "samplers", "plan",
+         "train", "train.step", "train.records", "train.ladder", "train.packed", "supernet", "scheduler", "ledger", "samplers", "plan",
          "supernet.prescreen", "report.sentences",
          "report.figures", "report.summary", "report.page", "report.horizons", "report.tuning", "report.supernet",
          "report.write", "report", "report.terminal", "study", "driver", "executor",

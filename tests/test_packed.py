@@ -93,6 +93,18 @@ def test_clipping_is_per_seed(corpus):
     assert all(abs(p.val_loss - u.val_loss) > 1e-3 for p, u in zip(packed, unclipped))  # the clip did bind
 
 
+def test_batches_gathered_on_the_device_are_the_streams_batches(corpus):
+    """Off the CPU each seed's windows are gathered where the model runs, from the same
+    starts its stream draws: the same batches (here the gather runs on the CPU)."""
+    specs = seeds(3)
+    lads = [make_ladder(s) for s in specs]
+    on_host, gathered = (PackedTraining(specs, lads, corpus, "cpu") for _ in range(2))
+    gathered._tokens = torch.from_numpy(corpus.train.astype("int32"))
+    for _ in range(3):
+        for a, b in zip(on_host._next_batch(), gathered._next_batch()):
+            assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b)
+
+
 def test_a_seed_that_fails_stops_alone_and_the_others_go_on(corpus):
     """Seed 1's weights are poisoned with NaN: it is recorded failed at step 1 with its
     reason; seeds 0 and 2 end exactly where they end alone."""

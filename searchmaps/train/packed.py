@@ -32,6 +32,7 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
+import numpy as np
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 
@@ -117,6 +118,9 @@ class PackedTraining:
         self.opt = adamw(list(self.params.values()), spec, stacked=True)
         self.val = val_batches(corpus, t.batch_size, cfg.seq_len, t.eval_tokens)
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
+        # off the CPU the training split lives on the device, and batches are gathered there
+        self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
+        self._window = torch.arange(cfg.seq_len + 1, device=device)
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
 
         def loss(p, b, x, y):
@@ -130,11 +134,26 @@ class PackedTraining:
 
     # ------------------------------------------------------------------ steps
 
+    def _alive_mask(self, history: PackedHistory) -> torch.Tensor:
+        key = tuple(st is None for st in history.stopped)
+        if getattr(self, "_mask_key", None) != key:  # made again only when a seed stops (or a branch ends)
+            self._mask_key, self._mask = key, torch.tensor(key, device=self.device)
+        return self._mask
+
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every seed's next batch, ``x`` and ``y`` [S, B, T], on the device: the windows
+        each seed's own stream gives, gathered where the model runs."""
+        if self._tokens is None:
+            batch = [next(b) for b in self.batches]
+            return torch.stack([b[0] for b in batch]), torch.stack([b[1] for b in batch])
+        starts = torch.from_numpy(np.stack([b.next_starts() for b in self.batches])).to(self.device)
+        windows = self._tokens[starts[..., None] + self._window].long()
+        return windows[..., :-1], windows[..., 1:]
+
     def _step(self, batch, lr: float, alive: torch.Tensor) -> torch.Tensor:
-        """One update of every seed in ``alive`` (a bool [S] tensor on the device); returns
-        the seeds' losses [S], still on the device."""
-        x = torch.stack([b[0] for b in batch]).to(self.device, non_blocking=True)
-        y = torch.stack([b[1] for b in batch]).to(self.device, non_blocking=True)
+        """One update of every seed in ``alive`` (a bool [S] tensor on the device) on
+        ``batch`` (:meth:`_next_batch`); returns the seeds' losses [S], still on the device."""
+        x, y = batch
         for group in self.opt.param_groups:
             group["lr"] = lr
         with autocast(self.device, self.precision), warnings.catch_warnings():
@@ -190,9 +209,8 @@ class PackedTraining:
         try:
             while history.step < until and history.alive:
                 step = history.step + 1
-                alive = torch.tensor([st is None for st in history.stopped], device=self.device)
-                batch = [next(b) for b in self.batches]
-                pending.append((step, self._step(batch, lr_at(step - 1, rsteps, rspec), alive)))
+                alive = self._alive_mask(history)
+                pending.append((step, self._step(self._next_batch(), lr_at(step - 1, rsteps, rspec), alive)))
                 history.step = step
                 if self.bar is not None:
                     self.bar.update(1)
