@@ -15,6 +15,7 @@ searchmaps.flops' (training = 3 x forward). Validation is not timed.
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import sys
@@ -113,6 +114,7 @@ def main() -> None:
     p.add_argument("--seconds", type=float, default=None, help="timed seconds per row (default 20 CPU, 3 GPU)")
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     p.add_argument("--compare-steps", type=int, default=40, help="CPU comparison: steps per separate training")
+    p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     args = p.parse_args()
     device = resolve_device(args.device)
     gpu = device.startswith("cuda")
@@ -123,7 +125,7 @@ def main() -> None:
     flops = train_flops_per_token(ModelConfig().with_map(args.map))
     print(f"device: {name}; torch {torch.__version__}; map {args.map}; {flops / 1e6:.2f} MFLOP per trained token;"
           f" compile {'on' if args.compile else 'off'}")
-    rates = {}
+    rates, table = {}, []
     for precision in args.precisions.split(","):
         peak = matmul_peak(device, precision)
         print(f"\n{precision} matmul peak: {peak / 1e12:.3f} TFLOP/s")
@@ -135,9 +137,13 @@ def main() -> None:
                 print(f"{size:>3}  out of memory")
                 break
             rates[precision, size] = rate
+            table.append({"device": name, "precision": precision, "compile": args.compile, "seeds": size,
+                          "tokens_per_s": rate, "tflops": rate * flops / 1e12, "peak_tflops": peak / 1e12})
             base = rates[precision, sizes[0]]
             print(f"{size:>3} {rate:>12,.0f} {rate / size:>10,.0f} {rate / base:>6.2f}x {rate * flops / 1e12:>8.3f} "
                   f"{rate * flops / peak:>7.1%}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=1) + "\n")
     if not gpu and 5 in sizes:
         print("\nCPU: 5 seeds packed (threads above) against 5 separate 1-thread trainings run two at a time")
         for precision in args.precisions.split(","):

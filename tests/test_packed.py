@@ -16,7 +16,6 @@ import torch
 from helpers import run_cli, tiny_spec
 
 from searchmaps.config import RESIDUALS
-from searchmaps.data import load_corpus
 from searchmaps.encodings import ENCODINGS
 from searchmaps.model import LoopedLM
 from searchmaps.results import Status, read_runs
@@ -29,11 +28,6 @@ from searchmaps.results import describe
 
 TOL = {"fp32": 3e-6, "bf16": 3e-2}
 STEPS_50 = 50 * 4 * 32  # tokens of 50 steps of the tiny spec (batch 4, context 32)
-
-
-@pytest.fixture(scope="module")
-def corpus():
-    return load_corpus("stdlib")
 
 
 def seeds(n=3, **kw):
