@@ -39,7 +39,7 @@ def protocol(args) -> list[str]:
     flags = ["--space", "ilr-table1", "--pe", "rope", "--budget-flops", "1e12", "--seeds", str(args.seeds),
              "--tokens", args.ladder, "--schedule", "wsd", "--lr", "1e-3", "--warmup-steps", "10",
              "--cooldown-frac", "0.2", "--precision", args.precision, "--compile", args.compile,
-             "--device", args.device, "--results-dir", args.results_dir, "--study", args.study]
+             "--device", args.device, "--results-dir", args.results_dir, "--study", args.study, "--data", args.data]
     return flags + (TINY if args.tiny else [])
 
 
@@ -71,6 +71,7 @@ def main() -> int:
     p.add_argument("--pack", type=int, default=0, help="seeds per training (default: all of a candidate's)")
     p.add_argument("--ladder", default=LADDER)
     p.add_argument("--precision", default="bf16")
+    p.add_argument("--data", default="stdlib", help="searchmaps' --data (default stdlib: this Python's standard library)")
     p.add_argument("--compile", default="off", choices=["on", "off"])
     p.add_argument("--parallel", type=int, default=11, help="candidates trained side by side")
     p.add_argument("--deadline", type=float, default=0, help="stop after this many seconds (0: none); rerun resumes")
