@@ -87,6 +87,19 @@ def test_clipping_is_per_seed(corpus):
     assert all(abs(p.val_loss - u.val_loss) > 1e-3 for p, u in zip(packed, unclipped))  # the clip did bind
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_math_attention_under_vmap_matches_separate_trainings(corpus, precision):
+    """Off the CPU packed attention runs torch's math kernel (CUDA's fused kernels fail under
+    vmap); here it runs on the CPU: the same losses as separate trainings."""
+    specs = seeds(3, reuse="2,1", pe="alibi", precision=precision)
+    lads = [make_ladder(s) for s in specs]
+    training = PackedTraining(specs, lads, corpus, "cpu", math_attention=True)
+    history = PackedHistory.fresh(3)
+    training.advance(history, 0, 50, set())
+    for got, a in zip(training.evaluate(), alone(specs, corpus)):
+        assert abs(got - a.val_loss) < TOL[precision]
+
+
 def test_batches_gathered_on_the_device_are_the_streams_batches(corpus):
     """Off the CPU each seed's windows are gathered where the model runs, from the same
     starts its stream draws: the same batches (here the gather runs on the CPU)."""

@@ -24,6 +24,7 @@ a separate training, so a seed can continue packed or alone.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -35,6 +36,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch.func import functional_call, stack_module_state, vmap
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import TrialSpec
 from ..data import Corpus, train_batches, val_batches
@@ -100,13 +102,18 @@ class PackedTraining:
     A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
 
     def __init__(self, specs: Sequence[TrialSpec], lads: Sequence[Ladder], corpus: Corpus, device: str, bar=None,
-                 sync_every: int | None = None):
+                 sync_every: int | None = None, math_attention: bool | None = None):
         spec = specs[0]
         cfg, t = spec.model, spec.train
         self.specs, self.lads, self.lad, self.n = list(specs), list(lads), lads[0], len(specs)
         self.device, self.precision, self.bar, self.grad_clip = device, t.precision, bar, t.grad_clip
         self.per_step = tokens_per_step(spec)
         self.sync_every = sync_every or default_sync_every(device)
+        # CUDA's fused attention kernels do not survive vmap (torch 2.11: the efficient kernel's
+        # backward rejects the batched layout, "LSE is not correctly aligned"; bf16 gave NaN at
+        # step 2): packed attention runs torch's math attention there, whose matrix products and
+        # softmax vmap batches like any other. On the CPU vmap runs the fused kernel seed by seed.
+        self.math_attention = device != "cpu" if math_attention is None else math_attention
         models = []
         for s in specs:  # the generator stream of each seed's separate training
             torch.manual_seed(s.seed)
@@ -134,6 +141,18 @@ class PackedTraining:
 
     # ------------------------------------------------------------------ steps
 
+    @contextlib.contextmanager
+    def _kernels(self):
+        """Autocast for the precision, and the attention kernels packing can use."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(autocast(self.device, self.precision))
+            stack.enter_context(warnings.catch_warnings())
+            # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
+            warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+            if self.math_attention:
+                stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+            yield
+
     def _alive_mask(self, history: PackedHistory) -> torch.Tensor:
         key = tuple(st is None for st in history.stopped)
         if getattr(self, "_mask_key", None) != key:  # made again only when a seed stops (or a branch ends)
@@ -156,9 +175,7 @@ class PackedTraining:
         x, y = batch
         for group in self.opt.param_groups:
             group["lr"] = lr
-        with autocast(self.device, self.precision), warnings.catch_warnings():
-            # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
-            warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+        with self._kernels():
             losses = self._train_losses(self.params, self.buffers, x, y)
         ok = alive & torch.isfinite(losses.detach())
         self.opt.zero_grad(set_to_none=True)
@@ -234,8 +251,7 @@ class PackedTraining:
         total, count = torch.zeros(self.n, dtype=torch.float64, device=self.device), 0
         for x, y in self.val:
             x, y = x.to(self.device), y.to(self.device)
-            with autocast(self.device, self.precision), warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
+            with self._kernels():
                 losses = self._val_losses(self.params, self.buffers, x, y)
             total += losses.double() * y.numel()
             count += y.numel()
