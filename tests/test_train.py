@@ -223,17 +223,20 @@ def _address_space_limit():
     resource.setrlimit(resource.RLIMIT_AS, (8 << 30, 8 << 30))
 
 
-def test_an_out_of_memory_on_cpu_is_recorded_as_out_of_memory():
+@pytest.mark.parametrize("seeds", [1, 2])
+def test_an_out_of_memory_on_cpu_is_recorded_as_out_of_memory(seeds):
     """torch's CPU allocator raises a RuntimeError (not torch.OutOfMemoryError): a real one,
-    from a model whose embedding alone is 256 x 2^30 floats."""
+    from a model whose embedding alone is 256 x 2^30 floats; packed, every seed's row says so."""
     out = run_cli("train", "--map", "1,1", "--layers", "2", "--d-model", 1 << 30, "--heads", "2", "--ffn-hidden", "4",
                   "--seq-len", "32", "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
-                  "--precision", "fp32", "--device", "cpu", "--json", "--quiet", timeout=300,
+                  "--precision", "fp32", "--device", "cpu", "--json", "--quiet", "--seeds", seeds, timeout=300,
                   preexec_fn=_address_space_limit)
     assert out.returncode == 1, out.stderr
-    rec = json.loads(out.stdout)
-    assert rec["status"] == "failed" and rec["error"].startswith("out of memory: DefaultCPUAllocator"), rec["error"]
-    assert "enforce fail" not in rec["error"]
+    recs = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["seed"] for r in recs] == list(range(seeds))
+    for rec in recs:
+        assert rec["status"] == "failed" and rec["error"].startswith("out of memory: DefaultCPUAllocator"), rec["error"]
+        assert "enforce fail" not in rec["error"] and rec["packed"] == seeds
 
 
 # ---------------------------------------------------------------------------- horizon ladders
