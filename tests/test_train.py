@@ -505,6 +505,9 @@ def _exact(a, b) -> bool:
     return a == b
 
 
+ADDED_SINCE = {"packed": 1}  # columns of RunRecord newer than tests/golden/train.json
+
+
 @pytest.mark.parametrize("name", CASES)
 def test_the_trainer_gives_the_numbers_it_gave_before_its_split(corpus, tmp_path, name):
     """Every number of the trainer before it was split into step, ladder and records
@@ -517,6 +520,7 @@ def test_the_trainer_gives_the_numbers_it_gave_before_its_split(corpus, tmp_path
     want = kept["cases"][name]
     assert len(got["records"]) == len(want["records"])
     for g, w in zip(got["records"], want["records"]):
+        w = {**ADDED_SINCE, **w}  # a column added after the golden numbers holds its value for one training
         wrong = {k: (g.get(k), w.get(k)) for k in w.keys() | g.keys() if not _exact(g.get(k), w.get(k))}
         assert not wrong, wrong
     assert _exact(got["callbacks"], want["callbacks"]) and got["weights"] == want["weights"]
