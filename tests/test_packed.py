@@ -100,6 +100,23 @@ def test_math_attention_under_vmap_matches_separate_trainings(corpus, precision)
         assert abs(got - a.val_loss) < TOL[precision]
 
 
+def test_validation_in_large_batches_scores_the_same_windows(corpus):
+    """Off the CPU validation batches are regrouped into large ones: the same windows in the
+    same order, and the same mean loss within fp32 rounding."""
+    from searchmaps.train.packed import regroup
+
+    specs = seeds(2)
+    lads = [make_ladder(s) for s in specs]
+    training = PackedTraining(specs, lads, corpus, "cpu")
+    small = training.evaluate()
+    batches = training.val
+    training.val = regroup(batches, 3 * batches[0][1].numel())
+    assert len(training.val) < len(batches)
+    assert torch.equal(torch.cat([x for x, _ in training.val]), torch.cat([x for x, _ in batches]))
+    for a, b in zip(small, training.evaluate()):
+        assert abs(a - b) < 1e-6
+
+
 def test_batches_gathered_on_the_device_are_the_streams_batches(corpus):
     """Off the CPU each seed's windows are gathered where the model runs, from the same
     starts its stream draws: the same batches (here the gather runs on the CPU)."""

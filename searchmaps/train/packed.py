@@ -96,6 +96,25 @@ def default_sync_every(device: str) -> int:
     return 1 if device == "cpu" else 50
 
 
+EVAL_CHUNK_TOKENS = 65_536  # validation tokens per seed in one batch off the CPU
+
+
+def regroup(batches: list[tuple[torch.Tensor, torch.Tensor]], tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The same validation windows in batches of up to ``tokens`` target tokens (at least
+    one of the given batches each); the mean loss over them is the same quantity."""
+    out, xs, ys, n = [], [], [], 0
+    for x, y in batches:
+        if xs and n + y.numel() > tokens:
+            out.append((torch.cat(xs), torch.cat(ys)))
+            xs, ys, n = [], [], 0
+        xs.append(x)
+        ys.append(y)
+        n += y.numel()
+    if xs:
+        out.append((torch.cat(xs), torch.cat(ys)))
+    return out
+
+
 class PackedTraining:
     """The seeds of ``specs`` (one candidate; the specs differ in their seed only) trained
     as one on ``corpus`` along ``lads`` (each seed's ladder; they differ in the seed only).
@@ -124,6 +143,8 @@ class PackedTraining:
         self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
         self.opt = adamw(list(self.params.values()), spec, stacked=True)
         self.val = val_batches(corpus, t.batch_size, cfg.seq_len, t.eval_tokens)
+        if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
+            self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
         # off the CPU the training split lives on the device, and batches are gathered there
         self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
