@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import stats, topgroup
-from ..results import atomic_write_text, records_frame
+from ..results import atomic_write_text, last_horizon, records_frame, successful
 from . import horizons, supernet, tuning
 from .figures import curves_figure, pareto_figure, separated_front, significance_figure
 from .page import failures_table, planned_table, ranking_table, render_page
@@ -32,12 +32,10 @@ from .summary import (
     candidates,
     curve_table,
     first_errors,
-    last_horizon,
     load_info,
     load_runs,
     resolve_planned,
     resolve_reference,
-    successful,
     with_all_pairs,
 )
 
