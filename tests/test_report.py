@@ -25,7 +25,7 @@ from statsmodels.stats.multitest import multipletests
 
 from searchmaps.report import Report, ReportError, write_report
 from searchmaps.report.__main__ import main
-from searchmaps.report.page import inline
+from searchmaps.report.section import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
