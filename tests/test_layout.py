@@ -15,9 +15,9 @@ ORDER = ["encodings", "config", "device", "flops", "faults", "model", "data", "s
          "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
          "topgroup", "racing", "stability",
          "train", "train.step", "train.records", "train.ladder", "train.packed", "supernet", "scheduler", "ledger", "samplers", "plan",
-         "supernet.prescreen", "report.sentences",
-         "report.figures", "report.summary", "report.page", "report.horizons", "report.tuning", "report.supernet",
-         "report.write", "report", "report.terminal", "study", "driver", "executor",
+         "supernet.prescreen", "report.section", "report.sentences",
+         "report.figures", "report.summary", "report.page", "report.ranking", "report.planned", "report.horizons",
+         "report.tuning", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
          "cli", "search", "train.__main__", "report.__main__", "run", "supernet.__main__"]
 # the command layer: flags, exit codes and the terminal; a library module never imports one
 COMMANDS = {"cli", "search", "run"}

@@ -25,7 +25,7 @@ from statsmodels.stats.multitest import multipletests
 
 from searchmaps.report import Report, ReportError, write_report
 from searchmaps.report.__main__ import main
-from searchmaps.report.page import inline
+from searchmaps.report.section import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
@@ -300,9 +300,9 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
     assert lr["4,2,1,1"] == 1e-3 and lr["1,1,1,1"] == 3e-3 and lr.notna().all()
     # a ladder: wsd with the shared warm-up in steps, one rate, the last rung's steps
     from searchmaps.report.sentences import recipe_sentence
-    from searchmaps.report.summary import last_horizon, load_runs, successful
+    from searchmaps.report.summary import load_runs
     from searchmaps.report.write import _configs
-    from searchmaps.results import records_frame
+    from searchmaps.results import last_horizon, records_frame, successful
 
     records = load_runs(ROOT / "results" / "ilr-table1-rope-ladder")
     ok = successful(last_horizon(records_frame(records)))
@@ -985,7 +985,8 @@ def test_a_dearer_map_a_hair_better_at_p_1_is_not_drawn_on_the_front(tmp_path):
 
 def test_learning_curves_are_one_panel_per_map_with_distinct_colours_and_a_short_legend(realistic):
     from searchmaps.report.figures import curves_figure
-    from searchmaps.report.summary import curve_table, successful
+    from searchmaps.report.summary import curve_table
+    from searchmaps.results import successful
 
     folder, rep = realistic
     ok = successful(pd.read_csv(folder / "runs.csv", dtype={"map": str, "candidate": str, "curve": str}))

@@ -1,4 +1,4 @@
-"""The report's figures (plotly only): the Pareto front as far as the seeds separate it
+"""The ranking section's figures (plotly only): the Pareto front as far as the seeds separate it
 (:func:`separated_front`), the significance matrix and the learning curves, each from the
 tables of :mod:`searchmaps.report.summary`."""
 

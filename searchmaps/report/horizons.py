@@ -1,16 +1,17 @@
 """The report's horizon section, for a study trained on a ladder of horizons: does the
 ranking hold as training gets longer, and where do the curves go?
 
-Writes ``stability.csv`` (every pair of horizons: Kendall's tau and Spearman's rho with
-bootstrap intervals over seeds, top-group overlap), ``scaling.csv`` (each candidate's
+:func:`analyse` computes the statistics; :func:`section` gives ``stability.csv`` (every
+pair of horizons: Kendall's tau and Spearman's rho with bootstrap intervals over seeds,
+top-group overlap), ``scaling.csv`` (each candidate's
 fitted ``L(D) = E + A·D^-alpha``, whether it sits on a bound or misses the data by more
 than the gap it extrapolates, its prediction at the target horizon with a bootstrap
 prediction interval, and the shared-floor fit's), ``gap_trend.csv`` (with a baseline: each
 map's gap to it, its measured trend per doubling of the horizon and where that trend
 would close it) and, when the space carries published numbers, ``agreement.csv``
 (Kendall's tau against them at every horizon, with a bootstrap interval over seeds and the
-published values' own noise, p-values Holm-adjusted across horizons), and gives the page
-two figures (rank vs horizon; loss vs horizon with the fits and their extrapolation) and
+published values' own noise, p-values Holm-adjusted across horizons), two figures (rank
+vs horizon; loss vs horizon with the fits and their extrapolation), the ranks table and
 the sentences that say what they show. The last horizon is the confirmatory one; the
 others are descriptive.
 """
@@ -24,8 +25,9 @@ import numpy as np
 import pandas as pd
 
 from .. import stability
-from ..results import Role, atomic_write_text
+from ..results import Role
 from ..topgroup import DEFAULT_RULE
+from .section import Section, code, html_table
 from .sentences import fmt_p
 
 
@@ -100,14 +102,32 @@ def _means(rows: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def write_tables(a: HorizonAnalysis, study_dir) -> None:
-    atomic_write_text(study_dir / "stability.csv", a.stability.to_csv(index=False))
-    atomic_write_text(study_dir / "scaling.csv", a.scaling.to_csv(index=False))
+def files(a: HorizonAnalysis) -> dict[str, str]:
+    """``stability.csv`` and ``scaling.csv``, with a baseline ``gap_trend.csv``, with
+    published numbers ``agreement.csv``: file name -> its text."""
+    out = {"stability.csv": a.stability.to_csv(index=False), "scaling.csv": a.scaling.to_csv(index=False)}
     if a.trend is not None:
-        atomic_write_text(study_dir / "gap_trend.csv", a.trend.to_csv(index=False))
+        out["gap_trend.csv"] = a.trend.to_csv(index=False)
     if a.published is not None:
-        table = a.published.assign(source=a.published_source)
-        atomic_write_text(study_dir / "agreement.csv", table.to_csv(index=False))
+        out["agreement.csv"] = a.published.assign(source=a.published_source).to_csv(index=False)
+    return out
+
+
+def section(a: HorizonAnalysis, shown: set[str]) -> Section:
+    """The horizon section of ``a``: its sentences, the two figures (drawing ``shown``,
+    the top group and the baseline, and every candidate when there are few), the ranks
+    table and the files of :func:`files`."""
+    return Section(
+        sentences=sentences(a),
+        figures=[("Rank vs horizon", rank_figure(a, shown),
+                  "Each candidate's rank among those that reached a horizon (1 = best), with a 95 % bootstrap "
+                  "interval over seeds; all pairs of horizons, with Kendall's τ and Spearman's ρ, are in "
+                  "stability.csv."),
+                 ("Loss vs horizon", scaling_figure(a, shown),
+                  "Mean validation loss at each horizon with its 95 % CI; dotted: the fitted L(D) = E + A·D^-α, "
+                  "drawn on to the target; diamond and bar: its prediction there with a 95 % interval from refits "
+                  "on resampled seeds (scaling.csv).")],
+        tables=[("Ranks by horizon", table(a))], files=files(a))
 
 
 # --------------------------------------------------------------------------- words
@@ -345,8 +365,6 @@ def floor_sentence(scaling: pd.DataFrame, horizons: list[float]) -> str:
 
 def table(a: HorizonAnalysis) -> str:
     """Each candidate's rank at every horizon and where it settles, as HTML."""
-    import html
-
     piv = a.ranks.pivot(index="candidate", columns="rung", values="rank")
     last = piv.columns.max()
     piv = piv.sort_values(last)
@@ -359,11 +377,9 @@ def table(a: HorizonAnalysis) -> str:
         pred = (f"{p['prediction']:.3f} ({p['prediction_low']:.3f} to {p['prediction_high']:.3f})"
                 + (f" — fit on a bound ({p['at_bound']})" if p.get("at_bound") else "")
                 if p is not None and np.isfinite(p["prediction"]) else "–")
-        cells = [f"<code>{html.escape(cand)}</code>"] + [("–" if math.isnan(v) else f"{v:g}") for v in ranks] + \
-                [_h(a.horizons[settle]) if settle is not None else "–", pred]
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    return ("<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "\n".join(rows) + "</tbody></table>")
+        rows.append([code(cand)] + [("–" if math.isnan(v) else f"{v:g}") for v in ranks]
+                    + [_h(a.horizons[settle]) if settle is not None else "–", pred])
+    return html_table(head, rows)
 
 
 # --------------------------------------------------------------------------- figures

@@ -1,5 +1,6 @@
-"""The report in words (text only): the result, the protocol, and the warnings a reader
-must not miss. Candidate names are in backticks (the page shows them as code)."""
+"""The report in words (text only), shared by the sections: number formats, the result,
+the planned-comparison and protocol sentences, and the warnings a reader must not miss.
+Candidate names are in backticks (the page shows them as code)."""
 
 from __future__ import annotations
 

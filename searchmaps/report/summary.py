@@ -18,7 +18,7 @@ import pandas as pd
 from .. import stats
 from ..config import Candidate, ConfigError, parse_planned, resolve_candidate
 from ..plan import read_study_json
-from ..results import STATISTICS_METRIC, ResultsError, RunRecord, last_horizon, read_runs, successful
+from ..results import STATISTICS_METRIC, ResultsError, RunRecord, read_runs
 
 METRIC = STATISTICS_METRIC  # the declared scale of every test, top group and detectable difference (nats)
 DISPLAY = "val_ppl"  # what the tables and figures show: perplexity, for reading only

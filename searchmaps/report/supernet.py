@@ -1,7 +1,9 @@
 """The report's supernet section: every feasible map's score with the shared weights
 (``supernet.csv``), its Pareto front over the whole space, and — where the study also has
 stand-alone rows for some of those maps — how far the supernet's ranking can be trusted
-(``supernet_validation.csv``, a scatter of the two, one sentence)."""
+(``supernet_validation.csv``, a scatter of the two, one sentence): :func:`section`.
+A supernet study with no stand-alone rows of its own gets a page of just this
+(:func:`write_page`, called by ``python -m searchmaps.supernet``)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,9 @@ import pandas as pd
 from .. import stability
 from ..results import ResultsError, atomic_write_text
 from ..topgroup import DEFAULT_RULE
+from .page import render_page
+from .section import Section, code, html_table
+from .summary import pareto_optimal
 
 
 def load(study_dir) -> pd.DataFrame | None:
@@ -44,8 +49,6 @@ def means(scores: pd.DataFrame) -> pd.DataFrame:
     half = st.t.ppf(0.975, (out["seeds"] - 1).clip(lower=1)) * out["sd"].fillna(0) / np.sqrt(out["seeds"])
     out["loss_low"], out["loss_high"] = out["loss"] - half, out["loss"] + half
     out["ppl"] = np.exp(out["loss"])
-    from .summary import pareto_optimal
-
     out["pareto_optimal"] = pareto_optimal(out["flops_per_token"], out["ppl"])
     return out.sort_values("loss", kind="stable").reset_index(drop=True)
 
@@ -57,11 +60,6 @@ def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE,
     if len(shared) < 2:
         return None
     return stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
-
-
-def write_validation(agreement: dict, study_dir, sampling: str) -> None:
-    row = {"sampling": sampling, **agreement}
-    atomic_write_text(Path(study_dir) / "supernet_validation.csv", pd.DataFrame([row]).to_csv(index=False))
 
 
 def trust_sentence(a: dict) -> str:
@@ -123,10 +121,8 @@ def scatter_figure(m: pd.DataFrame, runs: pd.DataFrame):
     return fig
 
 
-def section(m: pd.DataFrame, agreement: dict | None, info: dict) -> str:
-    """What the supernet was and the maps it ranks best, as HTML."""
-    import html
-
+def table(m: pd.DataFrame, info: dict) -> str:
+    """What the supernet was (a prescreen, from ``info``) and the ten maps it ranks best, as HTML."""
     n_maps = len(m)
     top = m.head(10)
     prescreen = info.get("prescreen") or {}
@@ -135,12 +131,36 @@ def section(m: pd.DataFrame, agreement: dict | None, info: dict) -> str:
         head = (f"<p>Prescreen: a supernet trained over all {n_maps} feasible maps ({prescreen.get('sampling')} "
                 f"sampling, {prescreen.get('seeds')} seed(s)) kept the {prescreen.get('keep')} it scored best"
                 f"{' plus the baseline' if prescreen.get('baseline') else ''}; the rest of this report is about those.</p>")
-    rows = "".join(f"<tr><td>{i + 1}</td><td><code>{html.escape(r.map)}</code></td><td>{r.ppl:.3f}</td>"
-                   f"<td>{r.flops_per_token:,.0f}</td><td>{'✓' if r.pareto_optimal else ''}</td></tr>"
-                   for i, r in enumerate(top.itertuples()))
-    return (head + "<table><thead><tr><th>#</th><th>map</th><th>supernet ppl</th><th>FLOPs/token</th><th>Pareto</th>"
-            f"</tr></thead><tbody>{rows}</tbody></table><p class=caption>The ten maps the supernet scores best of "
-            f"{n_maps}; every map is in supernet.csv.</p>")
+    rows = [[str(i + 1), code(r.map), f"{r.ppl:.3f}", f"{r.flops_per_token:,.0f}", "✓" if r.pareto_optimal else ""]
+            for i, r in enumerate(top.itertuples())]
+    return (head + html_table(["#", "map", "supernet ppl", "FLOPs/token", "Pareto"], rows)
+            + f"<p class=caption>The ten maps the supernet scores best of {n_maps}; every map is in supernet.csv.</p>")
+
+
+def validation_file(agreement: dict, sampling: str) -> dict[str, str]:
+    """``supernet_validation.csv``: one row, the sampling and :func:`validate`'s numbers."""
+    return {"supernet_validation.csv": pd.DataFrame([{"sampling": sampling, **agreement}]).to_csv(index=False)}
+
+
+def section(scores: pd.DataFrame, ok: pd.DataFrame, rule: str, alpha: float, info: dict) -> Section:
+    """The supernet section of a study with ``supernet.csv`` (``scores``, :func:`load`):
+    the front over the whole space, the ten best maps and, where ``ok`` (the stand-alone
+    rows the statistics use) shares two maps or more with it, the scatter, the trust
+    sentence and ``supernet_validation.csv``."""
+    m = means(scores)
+    agreement = validate(scores, ok, rule, alpha)
+    out = Section(figures=[("Supernet over the whole space", pareto_figure(m, budget_of(info)),
+                            "Every feasible map scored with the supernet's shared weights (mean over its seeds; "
+                            "supernet.csv); the blue step line is the front of perplexity against FLOPs.")])
+    if agreement is not None:
+        out.files.update(validation_file(agreement, str(scores["sampling"].iloc[0])))
+        out.figures.append(("Supernet vs stand-alone training", scatter_figure(m, ok),
+                            "Each map the study also trained stand-alone: its supernet score against its "
+                            "stand-alone validation loss (supernet_validation.csv has τ, ρ, top-group agreement "
+                            "and regret)."))
+        out.sentences.append(trust_sentence(agreement))
+    out.tables.append(("Supernet", table(m, info)))
+    return out
 
 
 def budget_of(info: dict) -> float | None:
@@ -153,8 +173,6 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
     """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
     Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
     study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``."""
-    from .page import render_page
-
     study_dir = Path(study_dir)
     m = means(scores)
     agreement = validate(scores, truth, rule, alpha) if truth is not None else None
@@ -164,8 +182,9 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
     sampling = str(scores["sampling"].iloc[0])
     result = [f"The supernet ({sampling} sampling, {scores['seed'].nunique()} seed(s)) scores `{m['map'].iloc[0]}` "
               f"best of {len(m)} maps ({m['ppl'].iloc[0]:.3f} perplexity with the shared weights)."]
+    files = {}
     if agreement is not None:
-        write_validation(agreement, study_dir, sampling)
+        files = validation_file(agreement, sampling)
         figures.append(("Supernet vs stand-alone training", scatter_figure(m, truth),
                         f"Each map also trained stand-alone in `{against}`: its supernet score against its "
                         f"stand-alone validation loss (supernet_validation.csv has τ, ρ, top-group agreement and "
@@ -187,10 +206,13 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
         protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
                         f"intervals: 95 % bootstrap over supernet and stand-alone seeds.")
-    page = render_page(f"Supernet: {study_dir.name}", result, figures, section(m, agreement, {}), "", protocol, "",
+    page = render_page(f"Supernet: {study_dir.name}",
+                       [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])], protocol,
                        footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
                               + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
                                  if agreement is not None else "") + ".</p>")
+    for name, text in files.items():
+        atomic_write_text(study_dir / name, text)
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return out

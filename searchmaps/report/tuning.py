@@ -1,16 +1,16 @@
 """The report's learning-rate section, for a study that fitted each candidate's rate on a
 grid (``--lr-grid``): the rate each map got, every rate's tuning loss, and what the tuning
-cost. Tuning rows (``role`` ``tuning``, on seeds never used for evaluation) appear here
-only: the statistics and the ranking use the evaluation rows alone."""
+cost (:func:`section`: a sentence, a table and ``tuning.csv``). Tuning rows (``role``
+``tuning``, on seeds never used for evaluation) appear here only: the statistics and the
+ranking use the evaluation rows alone."""
 
 from __future__ import annotations
-
-import html
 
 import numpy as np
 import pandas as pd
 
 from ..results import Role
+from .section import Section, code, html_table
 
 
 def tuning_table(frame: pd.DataFrame) -> pd.DataFrame | None:
@@ -41,6 +41,8 @@ def cost(frame: pd.DataFrame) -> dict:
 
 
 def sentences(table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
+    """The rates the maps got, what the tuning cost, and that only the comparison at the
+    chosen rates is confirmatory (one sentence)."""
     c = cost(frame)
     picked = table[table["chosen"]]
     counts = picked.groupby("lr")["candidate"].nunique().sort_index()
@@ -53,14 +55,14 @@ def sentences(table: pd.DataFrame, frame: pd.DataFrame) -> list[str]:
               f"the losses at the other rates are descriptive, a selection, not a test."]
 
 
-def section(table: pd.DataFrame) -> str:
+def table(tuned: pd.DataFrame) -> str:
     """Every candidate's tuning losses per rate, the chosen one in bold, as HTML."""
-    rates = sorted(table["lr"].unique())
+    rates = sorted(tuned["lr"].unique())
     head = ["candidate"] + [f"lr {lr:g}" for lr in rates] + ["chosen"]
     rows = []
-    for cand, g in table.groupby("candidate", sort=False):
+    for cand, g in tuned.groupby("candidate", sort=False):
         by = g.set_index("lr")
-        cells = [f"<code>{html.escape(cand)}</code>"]
+        cells = [code(cand)]
         for lr in rates:
             if lr not in by.index:
                 cells.append("–")
@@ -70,8 +72,14 @@ def section(table: pd.DataFrame) -> str:
             cells.append(f"<b>{text}</b>" if r["chosen"] else text)
         chosen = g.loc[g["chosen"], "lr"]
         cells.append(f"{chosen.iloc[0]:g}" if len(chosen) else "none")
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+        rows.append(cells)
     return ("<p class=caption>Mean validation loss over the tuning seeds at each rate (nats/token; a rate that "
             "failed on any tuning seed is not chosen). The evaluation seeds then ran at the chosen rate.</p>"
-            "<table><thead><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr></thead><tbody>"
-            + "\n".join(rows) + "</tbody></table>")
+            + html_table(head, rows))
+
+
+def section(tuned: pd.DataFrame, frame: pd.DataFrame) -> Section:
+    """The learning-rate section of ``tuned`` (:func:`tuning_table` of ``frame``, every row
+    of the study): its sentence, its table and ``tuning.csv``."""
+    return Section(sentences=sentences(tuned, frame), tables=[("Learning rates fitted per map", table(tuned))],
+                   files={"tuning.csv": tuned.to_csv(index=False)})

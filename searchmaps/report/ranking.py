@@ -1,0 +1,105 @@
+"""The report's main section: the ranking at the study's last horizon.
+
+Its sentences (the result, the seed-noise check, maps a race dropped and the report
+readmits), its figures (Pareto front, significance matrix, learning curves), the ranking
+table and ``summary.csv``, the one place that file is made. :func:`failures` is the
+section of runs that did not finish, shown after every other section's tables.
+"""
+
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import pandas as pd
+
+from .. import stats, topgroup
+from .figures import curves_figure, pareto_figure, significance_figure
+from .section import Section, code, html_table
+from .sentences import family_label, fmt_mean_ci, noise_sentence, p_eq, readmitted_sentence, result_sentences
+from .summary import METRIC, curve_table, first_errors
+
+
+def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
+    """One row per candidate of ``summary`` (:func:`~searchmaps.report.summary.build_summary`),
+    best first, the top group highlighted, as HTML."""
+    head = ["#", "candidate", "FLOPs/token", "KV bytes/token", "seeds", "val ppl (mean ± 95 % CI)",
+            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", "top group", "Pareto front"]
+
+    def delta(d, p, p2):
+        if not np.isfinite(d):
+            return "–"
+        if not np.isfinite(p):
+            return "0 (itself)"
+        return f"{d:+.3g} ({html.escape(p_eq(p))})<br><small>{second_name}: {html.escape(p_eq(p2))}</small>"
+
+    def front(r) -> str:  # the front the seeds separate; one on means alone says so
+        if r.get("pareto_separated", r["pareto_optimal"]):
+            return "✓"
+        return "<small>on means only</small>" if r["pareto_optimal"] else ""
+
+    rows, classes = [], []
+    for i, r in enumerate(summary.to_dict("records"), 1):
+        seeds = f"{r['n_seeds']}" + (f" <span class=bad>({r['n_failed']} failed)</span>" if r["n_failed"] else "")
+        rows.append([str(i), code(r["candidate"]), f"{r['flops_per_token']:,.0f}",
+                     f"{r['kv_bytes_per_token']:,.0f}" if np.isfinite(r["kv_bytes_per_token"]) else "–", seeds,
+                     fmt_mean_ci(r["mean"], r["ci_low"], r["ci_high"]) if r["n_seeds"] else "failed",
+                     delta(r["diff_to_best"], r["p_vs_best"], r[f"p_vs_best_{second_name}"]),
+                     delta(r["diff_to_reference"], r["p_vs_reference"], r[f"p_vs_reference_{second_name}"]),
+                     "★" if r["in_top_group"] else "", front(r)])
+        classes.append("top" if r["in_top_group"] else "")
+    return html_table(head, rows, classes)
+
+
+def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
+            alpha: float, rule: str, info: dict, title: str) -> Section:
+    """The ranking section of ``summary`` (complete: with ``pareto_separated`` and, for a
+    tuned study, ``lr``), which it also gives as ``summary.csv``. ``runs`` are the last
+    horizon's rows, ``ok`` the ones the statistics use, ``res`` their
+    :func:`searchmaps.topgroup.analyze`."""
+    several = ok["candidate"].nunique() > 1
+    detail = res["rule_detail"]
+    said = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
+                            detail)
+    noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
+    readmitted = readmitted_sentence(summary, bool(info.get("racing")))
+    said += [s for s in (noise, readmitted) if s]
+    pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"], title, alpha)
+    figures = [("Pareto front", pareto,
+                "Lower and further left is better. Maps with equal FLOPs share a shaded band headed by their "
+                "FLOPs/token, best first; bands run from cheapest to dearest (evenly spaced, not to scale). Red "
+                "stars: the top group (not significantly worse than the best). Blue rings on the dotted step line: "
+                "the Pareto front as far as the seeds can tell: it starts at the best map of the cheapest FLOPs and "
+                "steps to the cheapest map significantly better than the last step (corrected p ≤ "
+                f"{alpha:g} in {family_label(res)}), so a dearer map with a lower mean the tests cannot tell apart is "
+                "not called optimal (the front on means alone is the pareto_optimal column of summary.csv). Dashed "
+                "line: the FLOP budget. Error bars are each "
+                "candidate's own CI; the tests are paired on seed, so differences can be significant where bars "
+                "overlap. Hover for exact FLOPs, seeds and p-values.")]
+    order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
+    if several:
+        figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
+                        f"p-value of every pair in {family_label(res)} (the {second_name} test's, for the best and "
+                        f"the baseline, are in summary.csv); dark cells differ at α = {alpha:g}. Rows and columns are "
+                        f"ordered best first."))
+    curves = curve_table(ok)
+    if not curves.empty:
+        figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
+                        "Validation loss during training, one panel per map in ranking order (★: the top group), "
+                        "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
+                        "baseline's (dotted grey) to read the gap against. Axes are shared."))
+    return Section(sentences=said, figures=figures, top_tables=[("Ranking", ranking_table(summary, second_name))],
+                   files={"summary.csv": summary.to_csv(index=False)})
+
+
+def failures(runs: pd.DataFrame) -> Section:
+    """Runs that did not finish, one row per candidate and reason (a diverging map fails
+    the same way on every seed; one line per seed would bury the protocol); empty when
+    every run finished."""
+    bad = runs[runs["status"] != "ok"]
+    if bad.empty:
+        return Section()
+    groups = bad.groupby(["candidate", "status", "error"], sort=False)["seed"].apply(lambda x: sorted(x.tolist()))
+    rows = [[code(c), ", ".join(map(str, seeds)), html.escape(st), html.escape(str(err))]
+            for (c, st, err), seeds in groups.items()]
+    return Section(tables=[("Runs that did not finish", html_table(["candidate", "seeds", "status", "error"], rows))])
