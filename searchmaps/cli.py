@@ -139,6 +139,8 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--data", default="stdlib",
                    help="stdlib (built-in, offline), a text file, a folder of .txt/.md, or a uint16 .bin")
     g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
+    g.add_argument("--tokenizer", default=None,
+                   help="bytes (default) or bpe:N: a byte-level BPE of N entries trained on the training split, cached")
     g.add_argument("--threads", type=int, default=1, help="torch threads per training (default 1)")
     g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
 
@@ -316,7 +318,7 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
         return dataclasses.replace(plan, study=study)
     from .data import check_fits, load_corpus  # data imports torch
 
-    corpus = load_corpus(args.data, vocab_size=args.vocab_size)
+    corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=args.tokenizer)
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
     return dataclasses.replace(plan, study=study, data=corpus.name,
                                vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)

@@ -59,8 +59,16 @@ class Corpus:
 
 
 def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
-                cache_dir: str | os.PathLike | None = None) -> Corpus:
-    """Resolve ``--data`` into a :class:`Corpus`; raises :class:`DataError`."""
+                cache_dir: str | os.PathLike | None = None, tokenizer: str | None = None) -> Corpus:
+    """Resolve ``--data`` (and ``--tokenizer``) into a :class:`Corpus`; raises :class:`DataError`.
+
+    ``tokenizer`` None or ``"bytes"`` is the byte tokenizer (a ``.bin`` keeps its own ids);
+    ``"bpe:N"`` trains (or finds in the cache) a byte-level BPE on the training split and
+    returns the encoded corpus, memory-mapped from the cache folder that is its name."""
+    kind, n = parse_tokenizer(tokenizer)
+    if kind == "bpe" and not _is_bin(data):
+        out = bpe_corpus_dir(data, n, cache_dir)
+        return load_corpus(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
     if vocab_size is not None and (isinstance(vocab_size, bool) or not isinstance(vocab_size, int)
                                    or vocab_size <= 0):
         raise DataError(f"--vocab-size must be a positive integer, got {vocab_size!r}")
@@ -72,8 +80,9 @@ def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
         raise DataError(f"--data {data}: no such file or folder (or use --data stdlib)")
     path = path.resolve()
     if path.is_dir():
-        return _load_folder(path, vocab_size, data)
+        return _load_folder(path, vocab_size, data, tokenizer)
     if path.suffix.lower() == ".bin":
+        _check_bin_tokenizer(path.with_name("meta.json"), tokenizer, data)
         vocab = _bin_vocab(vocab_size, path.with_name("meta.json"), data)
         train, val = _tail_split(_read_bin(path, data), data)
         return _make(str(path), train, val, vocab, "bin", check_ids=True)
@@ -174,13 +183,14 @@ def _make(name: str, train: np.ndarray, val: np.ndarray, vocab: int, tokenizer: 
     return Corpus(name, train, val, vocab, tokenizer, h.hexdigest()[:12])
 
 
-def _load_folder(path: Path, vocab_size: int | None, data: str) -> Corpus:
+def _load_folder(path: Path, vocab_size: int | None, data: str, tokenizer: str | None = None) -> Corpus:
     if (path / "train.bin").exists() or (path / "val.bin").exists():
         if not ((path / "train.bin").is_file() and (path / "val.bin").is_file()):
             raise DataError(f"--data {data}: a .bin folder needs both train.bin and val.bin")
+        kind = _check_bin_tokenizer(path / "meta.json", tokenizer, data)
         vocab = _bin_vocab(vocab_size, path / "meta.json", data)
         train, val = _read_bin(path / "train.bin", data), _read_bin(path / "val.bin", data)
-        return _make(str(path), train, val, vocab, "bin", check_ids=True)
+        return _make(str(path), train, val, vocab, kind, check_ids=True)
     files = [p for p in path.rglob("*") if p.is_file()]
     if not files:
         raise DataError(f"--data {data}: the folder is empty")
@@ -190,6 +200,43 @@ def _load_folder(path: Path, vocab_size: int | None, data: str) -> Corpus:
     docs = [(rel, _read_text(path / rel, data)) for rel in texts]
     train, val = _split_docs([d for d in docs if d[1]], data)
     return _make(str(path), train, val, _byte_vocab(vocab_size), "bytes")
+
+
+def _is_bin(data: str) -> bool:
+    path = Path(data).expanduser()
+    return path.suffix.lower() == ".bin" or (path / "train.bin").exists() or (path / "val.bin").exists()
+
+
+def parse_tokenizer(spec: str | None) -> tuple[str, int | None]:
+    """``--tokenizer``: None/``bytes`` -> ("bytes", None); ``bpe:N`` -> ("bpe", N), 256 < N <= 65535
+    (the ids are stored as uint16)."""
+    if spec is None or spec == "bytes":
+        return "bytes", None
+    head, _, tail = spec.partition(":")
+    if head != "bpe" or not tail.isdigit():
+        raise DataError(f"--tokenizer {spec}: unknown tokenizer; use bytes or bpe:N (for example bpe:1024)")
+    n = int(tail)
+    if not 256 < n <= 65535:
+        raise DataError(f"--tokenizer {spec}: a byte-level BPE vocabulary must be above 256 (the bytes) "
+                        f"and at most 65535 (uint16 ids)")
+    return "bpe", n
+
+
+def _check_bin_tokenizer(meta: Path, tokenizer: str | None, data: str) -> str:
+    """The tokenizer a .bin's meta.json records ("bin" when it records none), checked
+    against ``--tokenizer`` when one was given."""
+    try:
+        recorded = json.loads(meta.read_text(encoding="utf-8")).get("tokenizer")
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    if tokenizer is not None and recorded is not None:
+        if recorded.split("/")[0] != tokenizer:
+            raise DataError(f"--tokenizer {tokenizer}: {meta} says the .bin was encoded with "
+                            f"{recorded.split('/')[0]}")
+    elif tokenizer not in (None, "bytes"):
+        raise DataError(f"--tokenizer {tokenizer}: {meta} does not say which tokenizer encoded the .bin; "
+                        f"leave --tokenizer out to read its ids as they are")
+    return recorded if isinstance(recorded, str) else "bin"
 
 
 def _byte_vocab(vocab_size: int | None) -> int:
@@ -317,3 +364,115 @@ def _atomic_write(path: Path, blob: bytes) -> None:
     except BaseException:
         os.unlink(tmp)
         raise
+
+
+# --------------------------------------------------------------------------- BPE stage
+
+
+def _cache_root(cache_dir: str | os.PathLike | None) -> Path:
+    return Path(cache_dir or os.environ.get("SEARCHMAPS_CACHE") or "~/.cache/searchmaps").expanduser()
+
+
+def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = None,
+                   out: Path | None = None, progress: bool = True) -> Path:
+    """The folder of ``train.bin``/``val.bin``/``meta.json``/``tokenizer.json`` for ``--data``
+    encoded by a byte-level BPE of ``vocab`` trained on its training split: found in the cache
+    (keyed by the byte corpus's fingerprint, the vocabulary and the trainer settings) or built
+    there (or in ``out``). Nothing is written when the corpus is too small for the vocabulary."""
+    from . import bpe
+
+    corpus = load_corpus(data, cache_dir=cache_dir, tokenizer="bytes")
+    if corpus.tokenizer != "bytes":
+        raise DataError(f"--tokenizer bpe:{vocab}: --data {data} is already token ids ({corpus.tokenizer}); "
+                        f"give the text to train a tokenizer on")
+    import tokenizers
+
+    key = hashlib.sha256(json.dumps({"corpus": corpus.fingerprint, "vocab": vocab, "trainer": bpe.TRAINER,
+                                     "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
+    folder = out or _cache_root(cache_dir) / f"bpe{vocab}-{key.hexdigest()[:16]}"
+    if (folder / "meta.json").is_file() and out is None:  # meta.json is written last
+        return folder
+    train_b, val_b = corpus.train.tobytes(), corpus.val.tobytes()
+    try:
+        tok_json = bpe.train(train_b, vocab)
+    except bpe.TooSmall as exc:
+        raise DataError(f"--tokenizer bpe:{vocab}: the training split of --data {data} "
+                        f"({len(train_b)} bytes) only fills {exc}; use more text or a smaller N") from None
+    sha = hashlib.sha256(tok_json.encode()).hexdigest()[:12]
+    train_ids = bpe.encode(tok_json, train_b, progress, "encode train")
+    val_ids = bpe.encode(tok_json, val_b, progress, "encode val")
+    meta = {"vocab_size": vocab, "tokenizer": f"bpe:{vocab}/{sha}", "source": data,
+            "source_fingerprint": corpus.fingerprint, "documents": _count_docs(data),
+            "bytes": {"train": len(train_b), "val": len(val_b)},
+            "tokens": {"train": int(len(train_ids)), "val": int(len(val_ids))}}
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / "tokenizer.json", tok_json.encode())
+    _atomic_write(folder / "train.bin", train_ids.tobytes())
+    _atomic_write(folder / "val.bin", val_ids.tobytes())
+    _atomic_write(folder / "meta.json", json.dumps(meta, indent=1).encode())
+    return folder
+
+
+def _count_docs(data: str) -> int | None:
+    if data == "stdlib":
+        return None
+    path = Path(data).expanduser()
+    if path.is_dir():
+        return sum(1 for p in path.rglob("*") if p.is_file() and p.suffix.lower() in (".txt", ".md"))
+    return 1
+
+
+def inspect(folder: str) -> str:
+    """``python -m searchmaps.data inspect DIR``'s lines."""
+    corpus = load_corpus(folder)
+    try:
+        meta = json.loads((Path(folder) / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    n_tok = len(corpus.train) + len(corpus.val)
+    lines = [f"corpus      {corpus.name}", f"tokenizer   {corpus.tokenizer}  (vocabulary {corpus.vocab_size})",
+             f"fingerprint {corpus.fingerprint}",
+             f"documents   {meta.get('documents') if meta.get('documents') is not None else 'unknown'}",
+             f"tokens      {n_tok:,}  (train {len(corpus.train):,}, val {len(corpus.val):,})"]
+    if isinstance(meta.get("bytes"), dict):
+        nb = meta["bytes"]["train"] + meta["bytes"]["val"]
+        lines.append(f"bytes/token {nb / n_tok:.3f}  (bytes: train {meta['bytes']['train']:,}, "
+                     f"val {meta['bytes']['val']:,})")
+    elif corpus.tokenizer == "bytes":
+        lines.append("bytes/token 1.000")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m searchmaps.data prepare|inspect``."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
+    pp.add_argument("--data", default="stdlib")
+    pp.add_argument("--tokenizer", required=True, help="bpe:N")
+    pp.add_argument("--out", required=True)
+    pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
+    pi.add_argument("dir")
+    args = p.parse_args(argv)
+    try:
+        if args.cmd == "inspect":
+            print(inspect(args.dir))
+            return 0
+        kind, n = parse_tokenizer(args.tokenizer)
+        if kind != "bpe":
+            raise DataError(f"--tokenizer {args.tokenizer}: prepare trains a BPE; use bpe:N")
+        out = Path(args.out).expanduser()
+        if (out / "meta.json").exists():
+            raise DataError(f"--out {args.out}: already holds a prepared corpus")
+        bpe_corpus_dir(args.data, n, out=out)
+        print(inspect(str(out)))
+    except DataError as exc:
+        print(f"{p.prog}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

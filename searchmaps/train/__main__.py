@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = spec_from_args(args)  # flags first: a bad flag should not wait for data
-        corpus = load_corpus(args.data, vocab_size=args.vocab_size)
+        corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=args.tokenizer)
         spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name)
         ladder = ladder_from_args(args)
         make_ladder(spec, ladder)  # a bad ladder is a flag error, before any training
