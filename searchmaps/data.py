@@ -385,8 +385,10 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     if corpus.tokenizer != "bytes":
         raise DataError(f"--tokenizer bpe:{vocab}: --data {data} is already token ids ({corpus.tokenizer}); "
                         f"give the text to train a tokenizer on")
-    import tokenizers
-
+    try:
+        import tokenizers
+    except ImportError:
+        raise DataError(f"--tokenizer bpe:{vocab} needs Hugging Face tokenizers (pip install tokenizers)") from None
     key = hashlib.sha256(json.dumps({"corpus": corpus.fingerprint, "vocab": vocab, "trainer": bpe.TRAINER,
                                      "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
     folder = out or _cache_root(cache_dir) / f"bpe{vocab}-{key.hexdigest()[:16]}"
