@@ -3,7 +3,13 @@
 Plain functions on bytes; the caching and the ``.bin`` files are :mod:`searchmaps.data`'s.
 Training is deterministic: the same bytes and vocabulary give the same ``tokenizer.json``,
 byte for byte, whatever the process's hash seed or thread count (tested in two fresh
-processes, tests/test_tokenize.py)."""
+processes with different PYTHONHASHSEED and RAYON_NUM_THREADS, tests/test_tokenize.py).
+Why it is, in tokenizers 0.23.3: the non-determinism of huggingface/tokenizers#1794 (fix
+proposed in #2066) comes from ids given in hash-map order to continuing-subword tokens
+(WordPiece's ``##``, a BPE ``continuing_subword_prefix``), which then break count ties
+between merges. This trainer has no prefix or suffix, and its alphabet is all 256
+byte-level symbols (sorted before ids are given), so every id, and so every tie, is fixed.
+Keep it that way: adding a prefix/suffix, or ``limit_alphabet``, would reopen the hole."""
 
 from __future__ import annotations
 
