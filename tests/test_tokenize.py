@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import tokenizers  # noqa: F401  (a dependency: a missing one must fail here, not skip)
 
 from searchmaps.data import DataError, load_corpus, main as data_main, parse_tokenizer
 from searchmaps.train import train
@@ -17,7 +18,6 @@ from searchmaps.train.__main__ import main as train_main
 
 from helpers import tiny_spec
 
-pytest.importorskip("tokenizers")
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = ("the loop applies one block again and again while the map says which layer is reused "
          "tokens bytes merges vocabulary training split validation held out document").split()
