@@ -170,8 +170,8 @@ class Driver:
         same per-seed state files as separate trainings: a seed continues packed or alone)."""
         if isinstance(unit, Pack):
             jobs = [self.job(u) for u in unit.units]
-            job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=[j.pop("spec") for j in jobs])
-            job.pop("spec")
+            specs = [j.pop("spec") for j in jobs]
+            job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
             if "resume" in job:
                 job["resume"] = [j["resume"] for j in jobs]
                 job["save"] = [j["save"] for j in jobs]

@@ -123,7 +123,7 @@ def run_training(config: dict) -> None:
     t0 = time.perf_counter()
     spec = TrialSpec.from_dict(config["spec"]) if "spec" in config else None
     first, resume = config.get("first", 0), config.get("resume")
-    if resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
+    if spec and resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
         first, resume = 0, None  # (same numbers, more compute)
     reported = []
 
