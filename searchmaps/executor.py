@@ -136,8 +136,8 @@ def run_training(config: dict) -> None:
 
     on_rung = (lambda r: report([r])) if config.get("horizons") else None
     if "specs" in config:  # a pack (--pack-seeds): one training of several seeds, rows per seed
-        resume = config.get("resume") or [None] * len(config["specs"])
-        if any(r and not Path(r).is_file() for r in resume):  # a seed's saved state is gone: as above
+        resume = config.get("resume") if any(config.get("resume") or ()) else None  # a pack's seeds share `first`
+        if resume and not all(r and Path(r).is_file() for r in resume):  # a seed's saved state is gone: as above
             first, resume = 0, None
         recs = train_packed_or_fail([TrialSpec.from_dict(s) for s in config["specs"]],
                                     vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
