@@ -266,7 +266,13 @@ def build_search_parser() -> Parser:
     o.add_argument("--ray-address", default=None, help="join a Ray cluster: auto or HOST:PORT (default: start Ray locally)")
     o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
     o.add_argument("--cpus-per-trial", type=number, default=1.0, help="CPUs Ray reserves for each training (default 1)")
-    o.add_argument("--gpus-per-trial", type=number, default=0.0, help="a fraction lets several proxies share one GPU")
+    o.add_argument("--gpus-per-trial", type=number, default=0.0,
+                   help="GPUs Ray reserves for each training (needs a CUDA device); a fraction such as 0.25 lets "
+                        "several trainings or packs share one GPU (default 0)")
+    o.add_argument("--pack-seeds", default="off", metavar="N|auto|off",
+                   help="train up to N seeds of a candidate together as one packed training (one Ray task); "
+                        "auto: as many as pay on the device (off on a CPU, 8 on CUDA for now); off: one seed per "
+                        "training (default off)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
                         "(checked before anything trains, stored in study.json; corrected over these only)")
@@ -305,7 +311,7 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, seeds=args.seeds, study="-",
                   results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
                   storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
-                  gpus_per_trial=args.gpus_per_trial, threads=args.threads, device=device,
+                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, threads=args.threads, device=device,
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,

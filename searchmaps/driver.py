@@ -23,7 +23,7 @@ from . import faults
 from .ledger import HEARTBEAT_S, Ledger, storage_fault
 from .plan import SearchPlan
 from .results import Role, RunRecord, RunsFile, Status, failed_record
-from .scheduler import Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
+from .scheduler import Finished, Pack, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 from .study import STORAGE_ERRORS, SearchStudy
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
@@ -118,8 +118,9 @@ class Driver:
     # ------------------------------------------------------------------ work
 
     @_faults_of_the_storage
-    def next_unit(self) -> Unit | object | None:
-        """A unit to train now, :data:`~searchmaps.scheduler.WAIT`, or None (done)."""
+    def next_unit(self) -> Unit | Pack | object | None:
+        """A unit to train now (a :class:`~searchmaps.scheduler.Pack` of seed-units with
+        ``--pack-seeds`` 2 or more), :data:`~searchmaps.scheduler.WAIT`, or None (done)."""
         with self._lock:
             if self._ready:
                 return self._ready.pop(0)
@@ -128,7 +129,9 @@ class Driver:
             if unit is None and self.plan.candidates is None:  # other drivers may have started candidates since
                 self._refresh(force=True)
                 unit = self.scheduler.next()
-            if isinstance(unit, Unit):
+            if isinstance(unit, Unit) and self.plan.pack_seeds > 1:
+                unit = self.scheduler.pack(unit, self.plan.pack_seeds)
+            if isinstance(unit, (Unit, Pack)):
                 faults.point("claimed")
                 self.study.open(unit.candidate)
             self._tell()
@@ -140,16 +143,17 @@ class Driver:
         handed out first), so a resume with nothing to do need not start Ray."""
         with self._lock:
             unit = self.next_unit()
-            if isinstance(unit, Unit):
+            if isinstance(unit, (Unit, Pack)):
                 self._ready.append(unit)
             return unit is not None
 
     @_faults_of_the_storage
     def release_ready(self) -> None:
         with self._lock:
-            for unit in self._ready:
-                self.scheduler.release(unit)
-                self.ledger.release(unit.key)
+            for job in self._ready:
+                for unit in _units(job):
+                    self.scheduler.release(unit)
+                    self.ledger.release(unit.key)
             self._ready.clear()
 
     def remaining(self) -> int:
@@ -159,9 +163,19 @@ class Driver:
     def spec(self, unit: Unit):
         return self.plan.spec(unit.candidate, unit.seed, unit.lr)
 
-    def job(self, unit: Unit) -> dict:
+    def job(self, unit: Unit | Pack) -> dict:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
-        and record, and (promotion) the saved state to continue from and to save."""
+        and record, and (promotion) the saved state to continue from and to save. A pack's
+        job has ``specs``, ``resume`` and ``save`` per seed, in the pack's seed order (the
+        same per-seed state files as separate trainings: a seed continues packed or alone)."""
+        if isinstance(unit, Pack):
+            jobs = [self.job(u) for u in unit.units]
+            specs = [j.pop("spec") for j in jobs]
+            job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
+            if "resume" in job:
+                job["resume"] = [j["resume"] for j in jobs]
+                job["save"] = [j["save"] for j in jobs]
+            return job
         plan = self.plan
         tuning = unit.role == Role.TUNING  # a tuning run trains the first horizon only
         job = {"spec": self.spec(unit).to_dict(), "vocab_size": plan.vocab_size, "unit": unit.key,
@@ -174,17 +188,27 @@ class Driver:
         return job
 
     @_faults_of_the_storage
-    def partial(self, unit: Unit, records: list[RunRecord]) -> None:
+    def partial(self, unit: Unit | Pack, records: list[RunRecord]) -> None:
         """Rows of some rungs of a ladder still training (it reports rung by rung)."""
         with self._lock:
-            self._store(unit, records)
+            for u, recs in _split(unit, records):
+                if recs:
+                    self._store(u, recs)
 
     @_faults_of_the_storage
-    def complete(self, unit: Unit, records: list[RunRecord] | None, why: str = "",
+    def complete(self, unit: Unit | Pack, records: list[RunRecord] | None, why: str = "",
                  wall_s: float = 0.0) -> Status | None:
         """Record a finished training (``wall_s``: its worker's seconds); ``records`` None
         means its process died (``why``): returns then how it was recorded (``crashed``: it
-        runs again; ``failed``: it died too often)."""
+        runs again; ``failed``: it died too often; a pack: its first seed's status). A pack
+        is recorded seed by seed, as if its seeds had trained separately (the wall seconds
+        go to its first seed's count)."""
+        if isinstance(unit, Pack):
+            statuses = [self.complete(u, None if records is None else recs, why, wall_s if i == 0 else 0.0)
+                        for i, (u, recs) in enumerate(_split(unit, records or []))]
+            with self._lock:
+                self.progress.trainings -= len(unit.units) - 1  # one training ran
+            return statuses[0]
         status = None
         with self._lock:
             if records is None:
@@ -272,3 +296,14 @@ class Driver:
     def rows(self) -> list[RunRecord]:
         """Every row of the study, all drivers', from the storage."""
         return [r for _, r in self.ledger.results()]
+
+
+def _units(job: Unit | Pack) -> tuple[Unit, ...]:
+    return job.units if isinstance(job, Pack) else (job,)
+
+
+def _split(job: Unit | Pack, records: list[RunRecord]) -> list[tuple[Unit, list[RunRecord]]]:
+    """Each seed-unit of ``job`` with its records (a plain unit: all of them)."""
+    if isinstance(job, Unit):
+        return [(job, records)]
+    return [(u, [r for r in records if r.seed == u.seed]) for u in job.units]

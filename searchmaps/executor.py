@@ -107,7 +107,8 @@ def resident_mb() -> float:
 
 
 def run_training(config: dict) -> None:
-    """The Ray Tune trainable: one unit's training. A ladder reports each rung's record as
+    """The Ray Tune trainable: one unit's training (a pack's: its seeds in one packed
+    training, :func:`searchmaps.train.train_packed_or_fail`). A ladder reports each rung's record as
     soon as it exists (so a worker that dies later loses nothing before it); the last
     report carries the unit's wall seconds."""
     import time
@@ -116,13 +117,13 @@ def run_training(config: dict) -> None:
     from ray import tune
 
     from . import faults
-    from .train import train_or_fail
+    from .train import train_or_fail, train_packed_or_fail
 
     faults.point("training")
     t0 = time.perf_counter()
-    spec = TrialSpec.from_dict(config["spec"])
+    spec = TrialSpec.from_dict(config["spec"]) if "spec" in config else None
     first, resume = config.get("first", 0), config.get("resume")
-    if resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
+    if spec and resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
         first, resume = 0, None  # (same numbers, more compute)
     reported = []
 
@@ -133,9 +134,19 @@ def run_training(config: dict) -> None:
                      else float("nan"), "final": final, "unit_wall_s": time.perf_counter() - t0})
         reported.extend(r.run_id for r in recs)
 
-    recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
-                         last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                         save=config.get("save"), on_rung=lambda r: report([r]) if config.get("horizons") else None)
+    on_rung = (lambda r: report([r])) if config.get("horizons") else None
+    if "specs" in config:  # a pack (--pack-seeds): one training of several seeds, rows per seed
+        resume = config.get("resume") if any(config.get("resume") or ()) else None  # a pack's seeds share `first`
+        if resume and not all(r and Path(r).is_file() for r in resume):  # a seed's saved state is gone: as above
+            first, resume = 0, None
+        recs = train_packed_or_fail([TrialSpec.from_dict(s) for s in config["specs"]],
+                                    vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
+                                    last=config.get("last", 0), record=config.get("record") or None, resume=resume,
+                                    save=config.get("save"), on_rung=on_rung)
+    else:
+        recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
+                             last=config.get("last", 0), record=config.get("record") or None, resume=resume,
+                             save=config.get("save"), on_rung=on_rung)
     release_freed_memory()
     report([r for r in recs if r.run_id not in reported], final=True)
 
@@ -226,6 +237,18 @@ class _NotRestorable:
     ``searchmaps.run`` command instead of ``Tuner.restore``."""
 
 
+def check_gpus(gpus_per_trial: float) -> None:
+    """ConfigError (one line naming --gpus-per-trial) when Ray sees fewer GPUs than one
+    training asks for: Tune would otherwise wait for them for ever."""
+    if gpus_per_trial <= 0:
+        return
+    import ray
+
+    seen = ray.cluster_resources().get("GPU", 0)
+    if gpus_per_trial > seen:
+        raise ConfigError(f"--gpus-per-trial {gpus_per_trial:g} is above the GPUs Ray sees ({seen:g})")
+
+
 def execute(driver: Driver) -> None:
     """Run the driver's units on Ray Tune until the scheduler says the search is over.
     Ray's own reports (a dead worker's ``ActorDiedError`` and its traceback) go to the
@@ -236,6 +259,7 @@ def execute(driver: Driver) -> None:
     from ray.tune.stopper import Stopper
 
     plan = driver.plan
+    check_gpus(plan.gpus_per_trial)
     resources = {"cpu": plan.cpus_per_trial}
     if plan.gpus_per_trial:
         resources["gpu"] = plan.gpus_per_trial

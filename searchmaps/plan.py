@@ -25,6 +25,26 @@ from .topgroup import DEFAULT_RULE, RULES
 
 
 
+def auto_pack_seeds(device: str) -> int:
+    """What ``--pack-seeds auto`` means on ``device``: how many seeds of a candidate train
+    together where packing pays. Until the packed-throughput benchmark says otherwise: no
+    packing on a CPU (1), 8 seeds on CUDA. The one place to change from its figures."""
+    return 8 if device.startswith("cuda") else 1
+
+
+def parse_pack_seeds(value: int | str, device: str) -> int:
+    """``--pack-seeds N|auto|off`` -> the pack size (1: off). ConfigError naming the flag
+    for anything else."""
+    text = str(value).strip().lower()
+    if text == "off":
+        return 1
+    if text == "auto":
+        return auto_pack_seeds(device)
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--pack-seeds must be a positive whole number, auto or off, got {value!r}")
+    return int(text)
+
+
 @dataclass(frozen=True)
 class SearchPlan:
     """Everything a search needs, resolved from flags or written in a notebook. Empty
@@ -43,6 +63,7 @@ class SearchPlan:
     workers: int = 2
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
+    pack_seeds: int | str = 1  # seeds of a candidate trained together as one unit (1: off); "auto": auto_pack_seeds
     data: str = "stdlib"
     vocab_size: int = 256
     data_fingerprint: str = ""
@@ -84,6 +105,13 @@ class SearchPlan:
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
         if not self.cpus_per_trial > 0 or not self.gpus_per_trial >= 0:
             raise ConfigError("--cpus-per-trial must be > 0 and --gpus-per-trial >= 0")
+        if self.gpus_per_trial > 0 and not self.device.startswith("cuda"):
+            raise ConfigError(f"--gpus-per-trial {self.gpus_per_trial:g} needs a CUDA device; the trainings "
+                              f"run on {self.device} (give --device cuda where a GPU is present, or drop the flag)")
+        if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
+            raise ConfigError(f"--gpus-per-trial above 1 must be a whole number (Ray's rule), "
+                              f"got {self.gpus_per_trial:g}")
+        set_("pack_seeds", parse_pack_seeds(self.pack_seeds, self.device))
         if not math.isfinite(self.budget_flops) or self.budget_flops <= 0:
             raise ConfigError(f"--budget-flops must be a positive number, got {self.budget_flops}")
         cheap_map, cheap_flops = cheapest(self.space)

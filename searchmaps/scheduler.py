@@ -67,6 +67,34 @@ class Unit:
 
 
 @dataclass(frozen=True)
+class Pack:
+    """Seed-units of one candidate trained together by the packed trainer (``--pack-seeds``):
+    same rungs, learning rate, role and rungs still to record, seeds ascending. Each unit
+    is claimed on its own (:meth:`Scheduler.pack`), so the ledger, crash counts and rows
+    stay per seed exactly as without packing: a seed another driver holds is simply left
+    out of the pack, and a pack whose process died puts every one of its seeds back."""
+
+    units: tuple[Unit, ...]
+
+    @property
+    def candidate(self) -> Candidate:
+        return self.units[0].candidate
+
+    @property
+    def seeds(self) -> tuple[int, ...]:
+        return tuple(u.seed for u in self.units)
+
+    @property
+    def key(self) -> str:
+        """For messages and folder names: ``4,2,1,1|rope#0+1+2`` (each seed's own claim
+        is its unit's key)."""
+        head, _, tail = self.units[0].key.partition("#")
+        first, sep, rest = tail.partition("@")
+        seeds = "+".join(str(u.seed) if u.role != Role.TUNING else f"t{u.seed}" for u in self.units)
+        return f"{head}#{seeds}{sep}{rest}"
+
+
+@dataclass(frozen=True)
 class RungDone:
     """Every planned seed of a candidate has its row at one rung (an intermediate value)."""
 
@@ -261,6 +289,33 @@ class Scheduler:
             if self._in_flight or self._elsewhere or any(c not in self._finished for c in self._active):
                 return WAIT
             return None
+
+    def pack(self, unit: Unit, size: int) -> Pack:
+        """``unit`` (just handed out by :meth:`next`) and up to ``size - 1`` more seeds of
+        its candidate that :meth:`next` would hand out now with the same rungs, learning
+        rate, role and rungs still to record (a race round's seeds only, a promotion rung's
+        promoted seeds only), each claimed like :meth:`next` claims."""
+        units = [unit]
+        cand = unit.candidate
+        if unit.role == Role.TUNING:
+            pool = self.tuning_units(cand)
+        else:
+            pool = [self._unit_of(cand, seed, self._rung.get(cand, 0)) for seed in range(self._planned[cand])]
+        need = self.needed(unit)
+        for other in pool:
+            if len(units) >= size:
+                break
+            if (other == unit or (other.first, other.last, other.lr, other.role) != (unit.first, unit.last, unit.lr,
+                                                                                      unit.role)
+                    or self._done(other) or other in self._in_flight or other in self._elsewhere
+                    or self.needed(other) != need):
+                continue
+            if self._claim(other):
+                self._in_flight.add(other)
+                units.append(other)
+            else:
+                self._elsewhere.add(other)
+        return Pack(tuple(sorted(units, key=lambda u: u.seed)))
 
     def take_events(self) -> list[RungDone | Finished | Tuned]:
         out, self._events = self._events, []

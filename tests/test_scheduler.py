@@ -8,7 +8,7 @@ from helpers import record
 
 from searchmaps.config import Candidate, ReuseMap
 from searchmaps.results import Status
-from searchmaps.scheduler import WAIT, Finished, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
+from searchmaps.scheduler import WAIT, Finished, Pack, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 
 
 
@@ -410,3 +410,89 @@ def test_a_resumed_study_does_not_tune_again():
     s.add_rows(rows)
     (u,) = drain(s)
     assert (u.role, u.lr) == ("eval", 3e-3) and s.remaining() == 1
+
+
+# ---------------------------------------------------------------------------- packed units (--pack-seeds)
+
+
+def drain_packs(s: Scheduler, size: int) -> list[Pack]:
+    """What a driver with ``--pack-seeds size`` hands out before it has to wait."""
+    out = []
+    while isinstance(u := s.next(), Unit):
+        out.append(s.pack(u, size))
+    return out
+
+
+def test_packs_hold_up_to_n_seeds_of_one_candidate_and_cover_every_unit_once():
+    s = Scheduler(seeds=5, candidates=[A, B])
+    packs = drain_packs(s, 2)
+    assert [(p.candidate, p.seeds) for p in packs] == [(A, (0, 1)), (A, (2, 3)), (A, (4,)), (B, (0, 1)), (B, (2, 3)),
+                                                       (B, (4,))]
+    assert packs[0].key == "1,1,1,1|rope#0+1" and all(isinstance(u, Unit) for p in packs for u in p.units)
+    assert s.next() is WAIT
+    s.add_rows([record(A, seed) for seed in range(5)])
+    assert [e.candidate for e in finished(s)] == [A]  # rows count per seed, as without packing
+
+
+def test_a_pack_leaves_out_the_seeds_another_driver_claimed_and_a_dead_pack_puts_every_seed_back():
+    held = {Unit(A, 1).key}  # the other driver's claim
+    claimed = []
+    s = Scheduler(seeds=3, candidates=[A], claim=lambda u: claimed.append(u.key) or u.key not in held)
+    (pack,) = drain_packs(s, 3)
+    assert pack.seeds == (0, 2) and claimed == [Unit(A, 0).key, Unit(A, 1).key, Unit(A, 2).key]  # one claim per seed
+    s.add_rows([record(A, 0, status="crashed"), record(A, 2, status="crashed")])  # the pack's process died
+    assert [p.seeds for p in drain_packs(s, 3)] == [(0, 2)]  # both again, seed 1 still elsewhere
+    assert s.crash_status(Unit(A, 0)) is Status.CRASHED
+
+
+def test_a_race_round_packs_only_the_seeds_it_asks_for():
+    s = Scheduler(seeds=4, candidates=[A, B], racing=RacingRule(2))
+    assert [(p.candidate, p.seeds) for p in drain_packs(s, 8)] == [(A, (0, 1)), (B, (0, 1))]
+    s.add_rows([record(c, seed, 10 + seed) for c in (A, B) for seed in (0, 1)])
+    assert [(p.candidate, p.seeds) for p in drain_packs(s, 8)] == [(A, (2,)), (B, (2,))]  # one more seed each
+
+
+def test_packs_on_a_promotion_ladder_hold_one_rung_of_the_promoted_seeds():
+    s = Scheduler(seeds=2, candidates=[A, C], rungs=2, promotion=PromotionRule(0.05), horizons=[1e5, 4e5])
+    packs = drain_packs(s, 4)
+    assert [(p.candidate, p.seeds, p.units[0].first, p.units[0].last) for p in packs] == [(A, (0, 1), 0, 0),
+                                                                                          (C, (0, 1), 0, 0)]
+    s.add_rows([record(A, seed, 10.0 + seed, rung=0) for seed in (0, 1)])
+    s.add_rows([record(C, seed, 40.0 + seed, rung=0) for seed in (0, 1)])
+    (nxt,) = drain_packs(s, 4)
+    assert (nxt.candidate, nxt.seeds, nxt.key) == (A, (0, 1), "1,1,1,1|rope#0+1@1-1")
+
+
+def test_tuning_seeds_pack_per_learning_rate_and_evaluation_seeds_after():
+    s = Scheduler(seeds=2, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=2)
+    packs = drain_packs(s, 4)
+    assert [(p.units[0].lr, p.seeds) for p in packs] == [(1e-3, (10_000, 10_001)), (3e-3, (10_000, 10_001))]
+    assert packs[0].key == "1,1,1,1|rope#t10000+t10001@lr0.001"
+    s.add_rows([tuning_row(A, t, lr, 12.0) for lr in (1e-3, 3e-3) for t in (10_000, 10_001)])
+    assert [(p.units[0].role, p.seeds) for p in drain_packs(s, 4)] == [("eval", (0, 1))]
+
+
+def test_a_pack_holds_only_seeds_with_the_same_rungs_left_to_record():
+    """A resumed ladder: seed 0 has its first rung, seed 1 none, seed 2 its first rung."""
+    s = Scheduler(seeds=3, candidates=[A], rungs=2, horizons=[1e5, 4e5])
+    s.add_rows([record(A, 0, rung=0), record(A, 2, rung=0)])
+    assert [p.seeds for p in drain_packs(s, 3)] == [(0, 2), (1,)]
+
+
+def test_two_drivers_packing_on_one_real_ledger_never_share_a_seed(tmp_path):
+    from searchmaps.ledger import Ledger
+
+    url = f"sqlite:///{tmp_path}/claims.db"
+    ledgers = [Ledger(url, "s", driver_id=f"d{i}") for i in range(2)]
+    for lg in ledgers:
+        lg.register()
+    scheds = [Scheduler(seeds=5, candidates=[A, B], claim=lambda u, lg=lg: lg.claim(u.key, u.candidate.label))
+              for lg in ledgers]
+    got = [[], []]
+    for _ in range(4):  # the drivers take turns, a pack each
+        for i, s in enumerate(scheds):
+            if isinstance(u := s.next(), Unit):
+                got[i].append(s.pack(u, 3))
+    seeds = [(p.candidate.label, seed) for packs in got for p in packs for seed in p.seeds]
+    assert sorted(seeds) == sorted((c.label, seed) for c in (A, B) for seed in range(5))  # each seed once, in one pack
+    assert got[0] and got[1]

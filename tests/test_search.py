@@ -316,6 +316,11 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
     (["--storage", "nonsense"], "--storage"),
     (["--storage", "mysql://u:p@localhost/db"], "--storage"),
     (["--storage", "sqlite:////proc/x/optuna.db"], "--storage"),
+    (["--pack-seeds", "0"], "--pack-seeds"),
+    (["--pack-seeds", "2.5"], "--pack-seeds"),
+    (["--pack-seeds", "many"], "--pack-seeds"),
+    (["--device", "cpu", "--gpus-per-trial", "0.5"], "--gpus-per-trial"),
+    (["--gpus-per-trial", "1.5"], "--gpus-per-trial"),
 ])
 def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, ray_env, extra, flag):
     args = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path)]
@@ -777,3 +782,62 @@ def test_a_training_process_that_dies_is_one_short_line_and_runs_again(space_fil
     died = [ln for ln in out.stderr.splitlines() if "died" in ln]
     assert len(died) == len(crashed) and all("it runs again" in ln for ln in died)
     assert "ActorDiedError" in (results / "w" / "ray" / "driver.log").read_text()
+
+
+# ---------------------------------------------------------------------------- packed units (--pack-seeds)
+
+
+def test_packed_units_give_the_rows_of_separate_trainings_and_promotion_continues_them(ray_cluster, space_file,
+                                                                                        tmp_path):
+    """--pack-seeds 2 on a ladder gives the same rows, with the same numbers up to float
+    rounding, as one seed per training; with promotion a packed rung continues each seed from its own saved state."""
+    results = tmp_path / "results"
+    run = lambda study, *extra: main(common(space_file, results, "--seeds", "2", "--study", study,  # noqa: E731
+                                            "--ray-address", ray_cluster, "--maps", "1,1", "2,1", *LADDER_ARGS,
+                                            *extra))
+    assert run("off", "--pack-seeds", "off") == 0 and run("packed", "--pack-seeds", "2") == 0
+    assert run("promo", "--pack-seeds", "2", "--promote") == 0
+    whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "off" / "runs.csv")}
+    packed = read_runs(results / "packed" / "runs.csv")
+    assert sorted((r.map, r.seed, r.rung) for r in packed) == sorted(whole)  # every row once, no more
+    for r in packed + read_runs(results / "promo" / "runs.csv"):
+        w = whole[(r.map, r.seed, r.rung)]
+        # the packed trainer matches separate trainings within float rounding (tests/test_packed.py), not bit for bit
+        assert (r.val_loss, r.train_loss) == pytest.approx((w.val_loss, w.train_loss), rel=1e-5)
+        assert (r.steps, len(r.curve)) == (w.steps, len(w.curve))
+        assert r.packed == 2 and w.packed == 1
+    assert not list((results / "promo").rglob("*.pt"))  # every seed's saved state removed at the end
+
+
+def test_gpus_per_trial_above_what_ray_sees_is_one_line_naming_the_flag(ray_cluster):
+    from searchmaps.executor import check_gpus, start_ray
+
+    start_ray(ray_cluster, 1, 1)
+    check_gpus(0)
+    with pytest.raises(ConfigError, match=r"--gpus-per-trial 0.5 is above the GPUs Ray sees \(0\)"):
+        check_gpus(0.5)
+
+
+def test_packed_units_killed_then_resumed_by_two_drivers_lose_and_repeat_nothing(space_file, tmp_path, ray_env):
+    """A packed search killed between storing a pack's first seed and runs.csv, then
+    resumed by two drivers at once on the same study, each of whose training processes
+    dies as its second training starts (three units are left for two drivers: one of them
+    trains two): every (map, seed) once, the dead trainings' seeds recorded crashed and
+    trained again, every candidate told once."""
+    results = tmp_path / "results"
+    args = common(space_file, results, "--seeds", "2", "--study", "pk", "--workers", "1", "--pack-seeds", "2")
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="recorded:1"), popen=True)
+    proc.communicate(timeout=600)
+    assert proc.returncode == -signal.SIGKILL
+    assert len(read_runs(results / "pk" / "runs.csv")) < 6
+    procs = [run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="training:2"), popen=True) for _ in range(2)]
+    for p in procs:
+        out, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err[-3000:]
+        assert "Traceback" not in err and "IntegrityError" not in err
+    rows = read_runs(results / "pk" / "runs.csv")
+    assert_each_pair_once(rows)
+    crashed = [r for r in rows if r.status.value == "crashed"]
+    assert crashed and all("died" in r.error for r in crashed)
+    assert (results / "pk" / "runs.csv").read_text().count("run_id,") == 1
+    assert_study_closed(trials(results, "pk"))
