@@ -271,7 +271,7 @@ def build_search_parser() -> Parser:
                         "several trainings or packs share one GPU (default 0)")
     o.add_argument("--pack-seeds", default="off", metavar="N|auto|off",
                    help="train up to N seeds of a candidate together as one packed training (one Ray task); "
-                        "auto: as many as pay on the device (off on a CPU, 8 on CUDA for now); off: one seed per "
+                        "auto: as many as pay on the device (off on a CPU, up to 32 on CUDA, from the benchmark); off: one seed per "
                         "training (default off)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "

@@ -27,9 +27,11 @@ from .topgroup import DEFAULT_RULE, RULES
 
 def auto_pack_seeds(device: str) -> int:
     """What ``--pack-seeds auto`` means on ``device``: how many seeds of a candidate train
-    together where packing pays. Until the packed-throughput benchmark says otherwise: no
-    packing on a CPU (1), 8 seeds on CUDA. The one place to change from its figures."""
-    return 8 if device.startswith("cuda") else 1
+    together where packing pays, from benchmarks/packed_throughput.py (2026-12-04): on a
+    2-core CPU 5 packed seeds ran at 0.7x separate trainings, so none (1); on an H200 the
+    rate grew almost linearly to 32 seeds (37x one), so up to 32 (all of a candidate's
+    seeds in any study this size). The one place to change from its figures."""
+    return 32 if device.startswith("cuda") else 1
 
 
 def parse_pack_seeds(value: int | str, device: str) -> int:
