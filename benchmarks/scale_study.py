@@ -3,6 +3,12 @@ the candidates run side by side on the device, each rung's rows appended as it e
 
     python benchmarks/scale_study.py --results-dir DIR [--parallel 11] [--deadline 420]
     python benchmarks/scale_study.py --results-dir DIR --tiny --device cpu   # the CPU check
+    python benchmarks/scale_study.py --results-dir DIR --arm NAME="FLAGS" --arm ...   # several studies
+
+Each ``--arm NAME="FLAGS"`` is a study folder ``DIR/NAME`` whose protocol is the one below
+with ``FLAGS`` (searchmaps.run flags: ``--data``, ``--tokenizer``, ``--seq-len``, ``--lr``, ...)
+appended, so they override it; ``--flags`` are appended to every arm. The arms' trainings
+share one pool, in the order given, so a deadline cuts the last arms first.
 
 The protocol is `searchmaps.run`'s, from its own flags (the committed horizon-ladder
 study's: ILR Table 1's 11 maps, RoPE, lr 1e-3, wsd with a 20 % 1-sqrt cooldown, 10
@@ -20,6 +26,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing as mp
 import os
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -39,11 +46,11 @@ def protocol(args) -> list[str]:
     flags = ["--space", "ilr-table1", "--pe", "rope", "--budget-flops", "1e12", "--seeds", str(args.seeds),
              "--tokens", args.ladder, "--schedule", "wsd", "--lr", "1e-3", "--warmup-steps", "10",
              "--cooldown-frac", "0.2", "--precision", args.precision, "--compile", args.compile,
-             "--device", args.device, "--results-dir", args.results_dir, "--study", args.study, "--data", args.data]
+             "--device", args.device, "--results-dir", args.results_dir, "--data", args.data]
     return flags + (TINY if args.tiny else [])
 
 
-def _job(payload) -> tuple[str, int, float]:
+def _job(payload) -> tuple[str, int, float]:  # (study and map, rows ok, seconds)
     specs, horizons, study, runs_path = payload
     from searchmaps.train import train_or_fail, train_packed_or_fail
 
@@ -52,45 +59,31 @@ def _job(payload) -> tuple[str, int, float]:
 
     def on_rung(rec):
         runs.append([rec.replace(study=study)])
-        print(f"  {rec.map:<8} seed {rec.seed} rung {rec.rung} {rec.status.value:<6} val_loss {rec.val_loss:.4f}"
+        print(f"  {study} {rec.map:<8} seed {rec.seed} rung {rec.rung} {rec.status.value:<6} val_loss {rec.val_loss:.4f}"
               f"  ({time.perf_counter() - t0:.0f} s)" + (f"  {rec.error}" if rec.error else ""), flush=True)
 
     if len(specs) == 1:
         recs = train_or_fail(specs[0], horizons=horizons, on_rung=on_rung)
     else:
         recs = train_packed_or_fail(specs, horizons=horizons, on_rung=on_rung)
-    return str(specs[0].model.reuse), sum(r.ok for r in recs), time.perf_counter() - t0
+    return f"{study} {specs[0].model.reuse}", sum(r.ok for r in recs), time.perf_counter() - t0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--results-dir", required=True)
-    p.add_argument("--study", default="ilr-table1-rope-scale")
-    p.add_argument("--device", default="cuda")
-    p.add_argument("--seeds", type=int, default=5)
-    p.add_argument("--pack", type=int, default=0, help="seeds per training (default: all of a candidate's)")
-    p.add_argument("--ladder", default=LADDER)
-    p.add_argument("--precision", default="bf16")
-    p.add_argument("--data", default="stdlib", help="searchmaps' --data (default stdlib: this Python's standard library)")
-    p.add_argument("--compile", default="off", choices=["on", "off"])
-    p.add_argument("--parallel", type=int, default=11, help="candidates trained side by side")
-    p.add_argument("--deadline", type=float, default=0, help="stop after this many seconds (0: none); rerun resumes")
-    p.add_argument("--tiny", action="store_true", help="a tiny model (the CPU check of this script)")
-    args = p.parse_args()
-
-    plan = build_plan(build_search_parser().parse_args(protocol(args)))
+def arm_jobs_of(plan, args) -> list:
+    """The trainings one study folder still needs (finished candidates skipped, half-done ones
+    set aside to train again), after writing its study.json."""
     plan.study_dir.mkdir(parents=True, exist_ok=True)
     plan.write_study_json()
     folder = plan.study_dir
     runs_path = folder / "runs.csv"
-    rungs, pack = plan.rungs, args.pack or args.seeds
+    rungs, pack = plan.rungs, args.pack or plan.seeds
     done = {}
     if runs_path.exists():
         for r in read_runs(runs_path):
             done.setdefault(r.map, set()).add((r.seed, r.rung))
     jobs, stale = [], set()
     for cand in plan.candidates:
-        seeds = list(range(args.seeds))
+        seeds = list(range(plan.seeds))
         have = done.get(str(cand.reuse), set())
         if all((s, i) in have for s in seeds for i in range(rungs)):
             continue
@@ -107,8 +100,37 @@ def main() -> int:
             os.replace(tmp, runs_path)
         else:
             runs_path.unlink()
-    print(f"{folder}: {len(plan.candidates)} candidates x {args.seeds} seeds, ladder {args.ladder}; "
-          f"{len(jobs)} trainings of {pack} packed seeds to run, {args.parallel} at a time", flush=True)
+    print(f"{folder}: {len(plan.candidates)} candidates x {plan.seeds} seeds, ladder {','.join(map(str, plan.ladder))}; "
+          f"{len(jobs)} trainings to run", flush=True)
+    return jobs
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results-dir", required=True)
+    p.add_argument("--study", default="ilr-table1-rope-scale")
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--seeds", type=int, default=5)
+    p.add_argument("--pack", type=int, default=0, help="seeds per training (default: all of a candidate's)")
+    p.add_argument("--ladder", default=LADDER)
+    p.add_argument("--precision", default="bf16")
+    p.add_argument("--data", default="stdlib", help="searchmaps' --data (default stdlib: this Python's standard library)")
+    p.add_argument("--compile", default="off", choices=["on", "off"])
+    p.add_argument("--parallel", type=int, default=11, help="candidates trained side by side")
+    p.add_argument("--deadline", type=float, default=0, help="stop after this many seconds (0: none); rerun resumes")
+    p.add_argument("--tiny", action="store_true", help="a tiny model (the CPU check of this script)")
+    p.add_argument("--arm", action="append", default=[], metavar='NAME="FLAGS"',
+                   help="a study folder NAME whose protocol appends FLAGS (repeatable; default: one, --study)")
+    p.add_argument("--flags", default="", help="searchmaps.run flags appended to every arm's protocol")
+    args = p.parse_args()
+
+    arms = [a.partition("=")[::2] for a in args.arm] or [(args.study, "")]
+    jobs = []
+    for name, flags in arms:
+        argv = protocol(args) + ["--study", name] + shlex.split(args.flags) + shlex.split(flags)
+        jobs += arm_jobs_of(build_plan(build_search_parser().parse_args(argv)), args)
+    print(f"{len(jobs)} trainings of up to {args.pack or args.seeds} packed seeds to run, {args.parallel} at a time",
+          flush=True)
     t0 = time.perf_counter()
     with mp.get_context("spawn").Pool(min(args.parallel, max(1, len(jobs)))) as pool:
         results = [pool.apply_async(_job, (job,)) for job in jobs]
@@ -122,7 +144,7 @@ def main() -> int:
                 pool.terminate()
                 return 3
             print(f"{reuse}: {ok} rows ok in {wall:.0f} s", flush=True)
-    print(f"all trainings done in {time.perf_counter() - t0:.0f} s; rows in {runs_path}", flush=True)
+    print(f"all trainings done in {time.perf_counter() - t0:.0f} s", flush=True)
     return 0
 
 

@@ -13,7 +13,14 @@ Prints, in one run:
    - ``trainer fp32`` and ``trainer bf16`` (the trainer's default on bf16 hardware),
      measured through ``searchmaps.train.train`` itself (validation time excluded);
 3. the validation loss after a short training in fp32 and in bf16 (same seed, same
-   data), and their relative difference.
+   data), and their relative difference;
+4. the context column: at contexts 128, 512 and 1,024 (``--contexts``), the same tokens per
+   step (batch 2,048 / context sequences), tokens/s of the plain loop and of the trainer (bf16
+   where the machine has it), the trainer as a ratio to the plain loop at the same context and
+   to itself at the first context, and validation speed (``--eval-tokens`` held-out tokens,
+   batched like training): tokens/s, and the cost of a validated token in trained tokens
+   (``eval/train``: a validation point of N tokens costs as much as training N x that).
+``--only contexts`` runs the context column alone.
 Numbers are ratios within this run; the machine is noisy, compare nothing across runs.
 """
 
@@ -97,11 +104,49 @@ def trainer_run(cfg: ModelConfig, corpus, tokens: int, precision: str, threads: 
     return train(spec, corpus)
 
 
+def context_table(corpus, contexts: list[int], tokens: int, eval_tokens: int, threads: int, peak: float) -> None:
+    """Section 4: training throughput and validation cost against the context length."""
+    step_tokens = TrainConfig().batch_size * ModelConfig().seq_len
+    precision = "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    print(f"context column: {step_tokens} tokens per step at every context, trainer {precision} (compiled "
+          f"and warmed up at each shape first), {tokens:.0e} tokens a row; validation of {eval_tokens} held-out "
+          f"tokens, batched like training")
+    print(f"{'map':<9} {'context':>7} {'batch':>5} {'plain tok/s':>11} {'trainer tok/s':>13} {'vs plain':>9} "
+          f"{'vs ctx ' + str(contexts[0]):>11} {'GFLOP/s':>8} {'of peak':>8} {'eval tok/s':>10} {'eval/train':>10}")
+
+    def run(cfg, batch, n):
+        spec = TrialSpec(model=cfg, train=TrainConfig(tokens=n, batch_size=batch, precision=precision,
+                                                      eval_every=10**9, eval_tokens=eval_tokens),
+                         seed=0, threads=threads)
+        return train(spec, corpus)
+
+    for m in MAPS:
+        first = None
+        for T in contexts:
+            if step_tokens % T:
+                raise SystemExit(f"--contexts: {T} does not divide {step_tokens} tokens per step")
+            batch = step_tokens // T
+            cfg = ModelConfig(seq_len=T, max_positions=max(T, 1024)).with_map(m)
+            plain = plain_loop(cfg, corpus, max(10, tokens // step_tokens), batch, threads)
+            run(cfg, batch, 3 * step_tokens)  # compiles this shape (train and eval) outside the timing
+            rec = run(cfg, batch, tokens)
+            first = first or rec.tokens_per_s
+            eval_tps = eval_tokens / rec.eval_s  # one validation point, at the end
+            gflops = rec.tokens_per_s * flops.train_flops_per_token(cfg) / 1e9
+            print(f"{m:<9} {T:>7} {batch:>5} {plain:>11.0f} {rec.tokens_per_s:>13.0f} "
+                  f"{rec.tokens_per_s / plain:>8.2f}x {rec.tokens_per_s / first:>10.2f}x {gflops:>8.1f} "
+                  f"{gflops / peak:>8.1%} {eval_tps:>10.0f} {rec.tokens_per_s / eval_tps:>10.2f}", flush=True)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--tokens", type=float, default=3e5, help="tokens per throughput measurement")
     p.add_argument("--check-tokens", type=float, default=1e6, help="tokens of the fp32-vs-bf16 loss check")
+    p.add_argument("--contexts", default="128,512,1024", help="contexts of the context column")
+    p.add_argument("--context-tokens", type=float, default=1e5, help="tokens per row of the context column")
+    p.add_argument("--eval-tokens", type=float, default=32768, help="held-out tokens per validation point")
+    p.add_argument("--only", choices=("all", "contexts"), default="all")
     args = p.parse_args()
     tokens, threads = int(args.tokens), args.threads
     corpus = load_corpus("stdlib")
@@ -112,6 +157,10 @@ def main() -> None:
     print(f"machine: torch {torch.__version__}, {threads} thread(s), "
           f"bf16 matmul support: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}")
     print(f"fp32 matmul peak (2048^3): {peak:.1f} GFLOP/s")
+    contexts = [int(c) for c in args.contexts.split(",")]
+    if args.only == "contexts":
+        context_table(corpus, contexts, int(args.context_tokens), int(args.eval_tokens), threads, peak)
+        return
     for m in MAPS:
         ceiling = shape_matmul_ceiling(base.with_map(m), batch, threads)
         print(f"fp32 matmuls of one training step at the model's shapes, map {m}: "
@@ -141,6 +190,8 @@ def main() -> None:
     rel = (losses["bf16"] - losses["fp32"]) / losses["fp32"]
     print(f"validation loss after {check:.0e} tokens, map 1,1,1,1, seed 0: "
           f"fp32 {losses['fp32']:.4f}  bf16 {losses['bf16']:.4f}  difference {rel:+.2%}")
+    print()
+    context_table(corpus, contexts, int(args.context_tokens), int(args.eval_tokens), threads, peak)
 
 
 if __name__ == "__main__":

@@ -215,6 +215,61 @@ def agreement_with(df: pd.DataFrame, reference: dict[str, float], metric: str = 
     return out
 
 
+def agreement_shift(before: pd.DataFrame, after: pd.DataFrame, reference: dict[str, float],
+                    baseline: str | None = None, metric: str = "val_loss", n_boot: int = N_BOOT, random_state=0,
+                    reference_sd: float = PUBLISHED_SD, level: float = 0.95) -> pd.DataFrame:
+    """How far one change of protocol moves a study's ranking toward a published one: two
+    studies of the same candidates (``before`` and ``after``, rows as :func:`agreement_with`
+    takes), compared at every horizon both reached. Per horizon: Kendall's tau of each
+    against ``reference`` (over the candidates complete in both and published), their
+    difference ``shift`` = tau_after - tau_before with a ``level`` bootstrap interval (each
+    study's seeds resampled on their own, the same N(0, ``reference_sd``) noise added to the
+    published values in both, since both meet the same table), and, when ``baseline`` names
+    a candidate, each study's ``lead`` of that candidate in ``metric``: the best other mean
+    minus the baseline's (positive: the baseline is ahead) with its interval."""
+    va, ca, _, ha, _ = _cube(before, metric)
+    vb, cb, _, hb, _ = _cube(after, metric)
+    rng = np.random.default_rng(random_state)
+    rows = []
+    for ka, horizon in enumerate(ha):
+        if horizon not in hb:
+            continue
+        kb = hb.index(horizon)
+        sa, keep_a = _complete(va[:, :, ka])
+        sb, keep_b = _complete(vb[:, :, kb])
+        done_a = {c for c, k in zip(ca, keep_a) if k}
+        done_b = {c for c, k in zip(cb, keep_b) if k}
+        names = sorted(done_a & done_b & set(reference))
+        if len(names) < 3:
+            continue
+        a = va[sa][:, [ca.index(n) for n in names], ka]
+        b = vb[sb][:, [cb.index(n) for n in names], kb]
+        theirs = np.array([reference[n] for n in names])
+        tau_a, tau_b = _tau_rho(a.mean(axis=0), theirs)[0], _tau_rho(b.mean(axis=0), theirs)[0]
+        ia, ib = _boot_indices(a.shape[0], n_boot, rng), _boot_indices(b.shape[0], n_boot, rng)
+        noise = rng.normal(0.0, reference_sd, size=(n_boot, len(names))) if reference_sd > 0 else \
+            np.zeros((n_boot, len(names)))
+        draws = np.array([_tau_rho(b[j].mean(axis=0), theirs + e)[0] - _tau_rho(a[i].mean(axis=0), theirs + e)[0]
+                          for i, j, e in zip(ia, ib, noise)])
+        lo, hi = _interval(draws, level)
+        row = {"horizon": float(horizon), "n_candidates": len(names), "n_seeds_before": int(a.shape[0]),
+               "n_seeds_after": int(b.shape[0]), "tau_before": tau_a, "tau_after": tau_b,
+               "shift": tau_b - tau_a, "shift_low": lo, "shift_high": hi}
+        if baseline is not None and baseline in names:
+            j = names.index(baseline)
+            for tag, block, idx in (("before", a, ia), ("after", b, ib)):
+                row[f"lead_{tag}"] = _lead(block.mean(axis=0), j)
+                row[f"lead_{tag}_low"], row[f"lead_{tag}_high"] = _interval(
+                    np.array([_lead(block[i].mean(axis=0), j) for i in idx]), level)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _lead(means: np.ndarray, j: int) -> float:
+    """The best other candidate's mean minus candidate j's (positive: j is ahead)."""
+    return float(np.delete(means, j).min() - means[j])
+
+
 # --------------------------------------------------------------------------- scaling
 
 

@@ -123,6 +123,30 @@ def test_the_interval_against_a_published_ranking_widens_with_seed_noise():
     assert noisy["kendall_tau_low"] < 0.8 and noisy["kendall_tau_low"] <= noisy["kendall_tau"] <= noisy["kendall_tau_high"]
 
 
+def test_the_shift_between_two_protocols_by_hand():
+    """Before: the reverse of the published order (tau -1); after: the published order (tau +1),
+    at the one horizon both reached; seeds so quiet that every resample agrees: shift 2 exactly.
+    The baseline a leads before by 0.1 nats (b is the best other) and trails after by 0.2."""
+    from searchmaps.stability import agreement_shift
+
+    published = {"a": 15.0, "b": 14.0, "c": 13.0}
+    rows = lambda means, horizon: pd.DataFrame([{"candidate": c, "seed": s, "rung": 0, "horizon_target": horizon,
+                                                 "val_loss": m + 1e-6 * s} for c, m in means.items()
+                                                for s in range(4)])
+    before = pd.concat([rows({"a": 2.0, "b": 2.1, "c": 2.2}, 1e5), rows({"a": 1.0, "b": 1.1, "c": 1.2}, 9e9)])
+    after = rows({"a": 2.4, "b": 2.3, "c": 2.2}, 1e5)
+    after["rung"] = 0
+    out = agreement_shift(before, after, published, baseline="a", n_boot=200, reference_sd=0.0)
+    assert len(out) == 1 and out.loc[0, "horizon"] == 1e5 and out.loc[0, "n_candidates"] == 3
+    assert out.loc[0, "tau_before"] == pytest.approx(-1) and out.loc[0, "tau_after"] == pytest.approx(1)
+    assert out.loc[0, "shift"] == pytest.approx(2)
+    assert out.loc[0, "shift_low"] == pytest.approx(2) and out.loc[0, "shift_high"] == pytest.approx(2)
+    assert out.loc[0, "lead_before"] == pytest.approx(0.1) and out.loc[0, "lead_after"] == pytest.approx(-0.2)
+    # the published table's own noise opens the interval around the same shift
+    noisy = agreement_shift(before, after, published, baseline="a", n_boot=300, reference_sd=1.0).iloc[0]
+    assert noisy["shift"] == pytest.approx(2) and noisy["shift_low"] < 2
+
+
 def test_a_proxy_checked_against_stand_alone_training_by_hand():
     from searchmaps.stability import proxy_agreement
 
