@@ -179,7 +179,8 @@ def documents(limit: int | None = None, base: Path | None = None, progress: bool
     todo.sort(key=lambda t: t[0])
     stats = {p.name: {"documents": 0, "bytes": 0, "duplicates": 0, "empty": 0} for p in PACKAGES}
     seen, docs = set(), []
-    for name, make, pkg in tqdm(todo, desc="english: extract", unit="doc", disable=None if progress is None else not progress):
+    bar = tqdm(todo, desc="english: extract", unit="doc", disable=None if progress is None else not progress)
+    for name, make, pkg in bar:
         text = _tidy(make()).encode("utf-8")
         if not text:
             stats[pkg]["empty"] += 1
