@@ -3,6 +3,7 @@
 #   bash dev.sh demo   set up .venv, then run a small search on the built-in data
 #   bash dev.sh test   set up .venv, then run the test suite
 #   bash dev.sh setup  only set up .venv
+#   bash dev.sh data english   install the Debian documentation packages of --data english (apt-get), then build it
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
@@ -21,6 +22,37 @@ setup() {
   touch "$stamp"
 }
 
+# the Debian packages --data english reads (searchmaps/english.py's PACKAGES)
+ENGLISH_PACKAGES=(linux-doc-6.1 dict-gcide python3.11-doc perl-doc fortunes)
+
+data() {
+  case "${1:-}" in
+    english) ;;
+    *) echo "usage: bash dev.sh data english" >&2; exit 2 ;;
+  esac
+  shift
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "--data english needs the Debian packages ${ENGLISH_PACKAGES[*]} and this machine has no apt-get; --data PATH takes your own text or .bin" >&2
+    exit 2
+  fi
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "installing ${ENGLISH_PACKAGES[*]} needs root (no sudo here); --data PATH takes your own text or .bin" >&2; exit 2; }
+    sudo="sudo"
+  fi
+  local need=()
+  for pkg in "${ENGLISH_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q " installed$" || need+=("$pkg")
+  done
+  if [ "${#need[@]}" -gt 0 ]; then
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  fi
+  setup
+  # builds the corpus into the cache ($SEARCHMAPS_CACHE, default ~/.cache/searchmaps) and prints its sizes
+  exec "$VENV/bin/python" -m searchmaps.data inspect english "$@"
+}
+
 task="${1:-help}"
 shift || true
 case "$task" in
@@ -36,5 +68,6 @@ case "$task" in
     setup
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
-  *) sed -n '2,5p' "$0"; exit 2 ;;
+  data) data "$@" ;;
+  *) sed -n '2,6p' "$0"; exit 2 ;;
 esac

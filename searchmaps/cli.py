@@ -137,7 +137,8 @@ def add_schedule_args(g) -> None:
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data and hardware")
     g.add_argument("--data", default="stdlib",
-                   help="stdlib (built-in, offline), a text file, a folder of .txt/.md, or a uint16 .bin")
+                   help="stdlib (built-in, offline), english (Debian doc packages: bash dev.sh data english; english:N a slice), "
+                        "a text file, a folder of .txt/.md, or a uint16 .bin")
     g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
     g.add_argument("--tokenizer", default=None,
                    help="bytes (default) or bpe:N: a byte-level BPE of N entries trained on the training split, cached")

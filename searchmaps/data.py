@@ -9,6 +9,10 @@
   the first 32 MB (:data:`STDLIB_CAP_BYTES`). Files that are not valid UTF-8 are
   skipped. The tokens are cached under ``$SEARCHMAPS_CACHE`` (default
   ``~/.cache/searchmaps``) and memory-mapped on later loads.
+* ``english``: English prose (vocab 256 bytes, or ``--tokenizer bpe:N``) assembled from five
+  documentation packages Debian ships (:mod:`searchmaps.english`), split by document, cached
+  like ``stdlib``; ``english:N`` is the slice made of the first N documents of each package
+  (for tests and quick looks). Missing packages stop with one line naming them.
 * a UTF-8 text file, or a folder of ``.txt``/``.md`` files (recursive, sorted): the
   same byte tokenizer.
 * a nanoGPT-style ``.bin`` of uint16 token ids, or a folder holding ``train.bin`` and
@@ -75,6 +79,9 @@ def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
     if data == "stdlib":
         train, val = _stdlib_tokens(cache_dir)
         return _make("stdlib", train, val, _byte_vocab(vocab_size), "bytes")
+    if _english_limit(data) is not False:
+        train, val, meta = _english_tokens(data, cache_dir)
+        return _make(data, train, val, _byte_vocab(vocab_size), "bytes", salt=meta["salt"])
     path = Path(data).expanduser()
     if not path.exists():
         raise DataError(f"--data {data}: no such file or folder (or use --data stdlib)")
@@ -171,13 +178,13 @@ def _pair(windows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _make(name: str, train: np.ndarray, val: np.ndarray, vocab: int, tokenizer: str,
-          check_ids: bool = False) -> Corpus:
+          check_ids: bool = False, salt: str = "") -> Corpus:
     if check_ids:
         top = max(int(train.max()), int(val.max()))
         if top >= vocab:
             raise DataError(f"--data {name}: token id {top} is not below the vocabulary size {vocab} "
                             f"(set --vocab-size or meta.json)")
-    h = hashlib.sha256(f"{tokenizer}:{vocab}:{train.dtype.str}:{len(train)}:".encode())
+    h = hashlib.sha256(f"{salt}{tokenizer}:{vocab}:{train.dtype.str}:{len(train)}:".encode())
     h.update(memoryview(np.ascontiguousarray(train)).cast("B"))
     h.update(memoryview(np.ascontiguousarray(val)).cast("B"))
     return Corpus(name, train, val, vocab, tokenizer, h.hexdigest()[:12])
@@ -355,6 +362,73 @@ def _stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.
     return np.frombuffer(train_b, dtype=np.uint8), np.frombuffer(val_b, dtype=np.uint8)
 
 
+def _english_limit(data: str) -> int | None | bool:
+    """``english`` -> None (every document), ``english:N`` -> N; False for any other ``--data``."""
+    if data == "english":
+        return None
+    head, colon, tail = data.partition(":")
+    if head != "english" or not colon:
+        return False
+    if not tail.isdigit() or int(tail) <= 0:
+        raise DataError(f"--data {data}: the English slice is english:N with N a positive number of "
+                        f"documents per package")
+    return int(tail)
+
+
+def english_meta(data: str = "english", cache_dir: str | os.PathLike | None = None) -> dict:
+    """What ``--data english`` (or a slice ``english:N``) is made of, building it first when
+    it is not cached: ``documents``, ``val_documents``, ``n_train``/``n_val`` bytes, per package
+    ``{"documents", "bytes", "duplicates", "empty"}``, the package ``versions``, ``build_seconds``."""
+    if _english_limit(data) is False:
+        raise DataError(f"--data {data}: not the English corpus (english or english:N)")
+    return dict(_english_tokens(data, cache_dir)[2])
+
+
+def _english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """The English corpus (or slice) split by document, from the cache or built there; its
+    meta (per-package documents and bytes, the package versions, the fingerprint's salt)."""
+    from . import english
+
+    limit, base = _english_limit(data), english.root()
+    gone = english.missing(base)
+    if gone:
+        raise DataError(f"--data {data}: the Debian packages {', '.join(gone)} are not installed "
+                        f"(under {base}); run `bash dev.sh data english` to install them, or give your "
+                        f"own text or .bin with --data PATH")
+    versions = english.versions(base)
+    recipe = {"recipe": english.RECIPE, "gcide_entries": english.GCIDE_ENTRIES, "val_percent": VAL_PERCENT,
+              "limit": limit, "versions": versions}
+    salt = "english:" + json.dumps(recipe, sort_keys=True) + ":"
+    key = hashlib.sha256((salt + str(base.resolve())).encode()).hexdigest()[:16]
+    stem = f"english-{'all' if limit is None else limit}-{key}"
+    cache = _cache_root(cache_dir)
+    bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
+    try:  # the .json is written after the .bin, so it vouches for a complete .bin
+        meta = json.loads(meta_path.read_text())
+        tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
+        if meta["n_train"] > 0 and meta["n_val"] > 0 and meta["n_train"] + meta["n_val"] == len(tokens):
+            return tokens[:meta["n_train"]], tokens[meta["n_train"]:], meta
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # missing or damaged cache: rebuild
+
+    import time
+
+    t0 = time.perf_counter()
+    docs, per_package = english.documents(limit, base)
+    train, val = _split_docs(docs, data)
+    meta = {"n_train": len(train), "n_val": len(val), "documents": len(docs),
+            "val_documents": sum(_is_val(name) for name, _ in docs), "packages": per_package,
+            "versions": versions, "recipe": english.RECIPE, "limit": limit, "salt": salt,
+            "build_seconds": round(time.perf_counter() - t0, 2)}
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        _atomic_write(bin_path, train.tobytes() + val.tobytes())
+        _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+    except OSError:
+        pass  # an unwritable cache only costs a rebuild next time
+    return train, val, meta
+
+
 def _atomic_write(path: Path, blob: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
     try:
@@ -403,10 +477,14 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     sha = hashlib.sha256(tok_json.encode()).hexdigest()[:12]
     train_ids = bpe.encode(tok_json, train_b, progress, "encode train")
     val_ids = bpe.encode(tok_json, val_b, progress, "encode val")
+    english = _english_tokens(data, cache_dir)[2] if _english_limit(data) is not False else None
     meta = {"vocab_size": vocab, "tokenizer": f"bpe:{vocab}/{sha}", "source": data,
-            "source_fingerprint": corpus.fingerprint, "documents": _count_docs(data),
+            "source_fingerprint": corpus.fingerprint,
+            "documents": english["documents"] if english else _count_docs(data),
             "bytes": {"train": len(train_b), "val": len(val_b)},
             "tokens": {"train": int(len(train_ids)), "val": int(len(val_ids))}}
+    if english:
+        meta["packages"], meta["versions"] = english["packages"], english["versions"]
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_write(folder / "tokenizer.json", tok_json.encode())
     _atomic_write(folder / "train.bin", train_ids.tobytes())
@@ -425,12 +503,17 @@ def _count_docs(data: str) -> int | None:
 
 
 def inspect(folder: str) -> str:
-    """``python -m searchmaps.data inspect DIR``'s lines."""
+    """``python -m searchmaps.data inspect DIR``'s lines (DIR may also be ``english``,
+    ``english:N`` or ``stdlib``)."""
     corpus = load_corpus(folder)
-    try:
-        meta = json.loads((Path(folder) / "meta.json").read_text())
-    except (OSError, ValueError):
-        meta = {}
+    if _english_limit(folder) is not False:
+        meta = dict(_english_tokens(folder, None)[2])
+        meta["bytes"] = {"train": meta["n_train"], "val": meta["n_val"]}
+    else:
+        try:
+            meta = json.loads((Path(folder) / "meta.json").read_text())
+        except (OSError, ValueError):
+            meta = {}
     n_tok = len(corpus.train) + len(corpus.val)
     lines = [f"corpus      {corpus.name}", f"tokenizer   {corpus.tokenizer}  (vocabulary {corpus.vocab_size})",
              f"fingerprint {corpus.fingerprint}",
@@ -442,7 +525,21 @@ def inspect(folder: str) -> str:
                      f"val {meta['bytes']['val']:,})")
     elif corpus.tokenizer == "bytes":
         lines.append("bytes/token 1.000")
+    if isinstance(meta.get("packages"), dict):
+        versions = meta.get("versions") or {}
+        debian = {p.name: p.debian for p in _english_packages()}
+        for name, st in meta["packages"].items():
+            deb = debian.get(name, name)
+            lines.append(f"  {name:<11} {st['documents']:>6,} documents {st['bytes'] / 1e6:>7.1f} MB  "
+                         f"({deb} {versions.get(deb, '?')}; {st['duplicates']} duplicates, "
+                         f"{st['empty']} empty dropped)")
     return "\n".join(lines)
+
+
+def _english_packages():
+    from . import english
+
+    return english.PACKAGES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -452,11 +549,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
     sub = p.add_subparsers(dest="cmd", required=True)
     pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
-    pp.add_argument("--data", default="stdlib")
+    pp.add_argument("--data", default="stdlib", help="stdlib, english, english:N, or a path")
     pp.add_argument("--tokenizer", required=True, help="bpe:N")
     pp.add_argument("--out", required=True)
     pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
-    pi.add_argument("dir")
+    pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "inspect":
