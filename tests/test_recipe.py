@@ -105,7 +105,8 @@ def test_packed_seeds_accumulate_micro_batches_too(corpus):
                          None, corpus)
     for a, b in zip(whole, micro, strict=True):
         assert a.ok and b.ok and a.seed == b.seed and b.packed == 2
-        assert b.val_loss == pytest.approx(a.val_loss, rel=1e-5) and b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
+        assert b.val_loss == pytest.approx(a.val_loss, rel=1e-5)
+        assert b.train_loss == pytest.approx(a.train_loss, rel=1e-5)
 
 
 def test_a_micro_batch_must_divide_the_batch():
@@ -166,9 +167,10 @@ def test_configurations_from_before_the_options_keep_their_hash_and_protocol():
         assert spec.model.init == "scaled" and not spec.train.decay_gains and spec.train.eval_protocol == "windows"
         assert spec.config_hash() == r.config_hash
     spec = TrialSpec.from_dict(dict(runs[0].config))
-    for change in (dict(init="normal"),):
-        assert dataclasses.replace(spec, model=dataclasses.replace(spec.model, **change)).config_hash() != spec.config_hash()
-    for change, same in ((dict(decay_gains=True), False), (dict(eval_protocol="ilr"), False), (dict(micro_batch=4), True)):
+    normal = dataclasses.replace(spec, model=dataclasses.replace(spec.model, init="normal"))
+    assert normal.config_hash() != spec.config_hash()
+    for change, same in ((dict(decay_gains=True), False), (dict(eval_protocol="ilr"), False),
+                         (dict(micro_batch=4), True)):
         other = dataclasses.replace(spec, train=dataclasses.replace(spec.train, **change))
         assert (other.config_hash() == spec.config_hash()) is same, change
     assert dataclasses.replace(spec, preset="ilr-small").config_hash() == spec.config_hash()
@@ -272,3 +274,20 @@ def test_the_search_takes_a_preset_and_writes_it_to_study_json(tmp_path, capsys)
     assert spec.preset == "ilr-small" and spec.train.eval_protocol == "ilr" and spec.train.micro_batch == 8
     plan.study_dir.mkdir(parents=True)
     assert json.loads(plan.write_study_json().read_text())["preset"] == "ilr-small"
+
+
+def test_the_report_names_ilrs_choices_where_the_rows_made_them():
+    import pandas as pd
+
+    from searchmaps.report.sentences import recipe_sentence
+
+    spec = TrialSpec(model=ModelConfig(**{**get_preset("ilr-small")["model"], "vocab_size": 1024}),
+                     train=TrainConfig(**get_preset("ilr-small")["train"]), preset="ilr-small")
+    ok = pd.DataFrame({"candidate": ["1,1,1,1|rope"], "steps": [30]})
+    text = recipe_sentence([spec.to_dict()], ok)
+    assert ("cosine decay to 0 after 10 % warm-up; 64 sequences × 1024 tokens = 65,536 tokens per update (8 sequences "
+            "per forward pass, gradients accumulated), 30 steps; weight decay on every parameter, norm gains included; "
+            "N(0, 0.02) initialisation for every matrix; validation on the first 1,024 tokens of each held-out "
+            "4,096-token sequence;") in text
+    plain = recipe_sentence([TrialSpec().to_dict()], ok)  # the defaults go unsaid, as before the options existed
+    assert "norm gains" not in plain and "initialisation" not in plain and "per forward pass" not in plain

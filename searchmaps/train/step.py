@@ -103,10 +103,11 @@ class TrainStep:
     def __call__(self, step: int, batch, lr: float, before: Sequence[float] = (), reuse=None) -> float:
         """Run step ``step`` (1-based) on ``batch`` (``x, y`` token ids) at learning rate
         ``lr`` and return its training loss (with ``micro_batch``: in chunks, gradients
-        accumulated, the checks on the whole batch's loss before the update). ``before``: the losses of the steps before it
-        (the divergence check reads the last :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the
-        map to run (None: the model's own). Raises :class:`Stop`, the weights untouched,
-        when the loss is non-finite or the run has diverged."""
+        accumulated, the checks on the whole batch's loss before the update). ``before``:
+        the losses of the steps before it (the divergence check reads the last
+        :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the map to run (None: the model's own).
+        Raises :class:`Stop`, the weights untouched, when the loss is non-finite or the run
+        has diverged."""
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
         for group in self.opt.param_groups:
             group["lr"] = lr
