@@ -12,10 +12,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from .config import (COOLDOWN_SHAPES, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES, ConfigError, ModelConfig,
-                     ReuseMap, TrainConfig, TrialSpec)
+from .config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, INITS, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES,
+                     ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec)
 from .device import resolve_device
 from .plan import SearchPlan, check_study_name
+from .presets import PRESETS, get_preset
 from .samplers import AUTO, SAMPLER_CHOICES
 from .spaces import builtin_spaces, load_space
 from .topgroup import DEFAULT_RULE, RULES
@@ -98,6 +99,28 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--residual", choices=RESIDUALS, default=None,
                    help="prenorm (LLaMA/ILR, default), deeploop (Post-LN DeepNorm) or depth-mup (pre-norm with "
                         "every residual branch scaled by 1/sqrt(unrolled depth), Depth-muP)")
+    g.add_argument("--init", default=None,
+                   help=f"weight initialisation: {' or '.join(INITS)}; scaled (default): N(0, 0.02) with the residual "
+                        f"projections also scaled by 1/sqrt(2 x layers); normal: N(0, 0.02) for every matrix (ILR)")
+
+
+def add_preset_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help=f"start from a named recipe ({', '.join(PRESETS)}: ILR's; docs/training.md); every other "
+                        f"flag overrides it")
+
+
+def add_recipe_args(g) -> None:
+    """The recipe options shared by searchmaps.train and searchmaps.run (their defaults: the
+    project's own choices; ILR's in --preset ilr-small)."""
+    g.add_argument("--decay-gains", action=argparse.BooleanOptionalAction, default=None,
+                   help="weight decay on every parameter, RMSNorm gains included (ILR); default off: gains exempt")
+    g.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="compute each step's --batch-size sequences N at a time, gradients accumulated (the same "
+                        "update up to float rounding; for a batch that does not fit); default 0: all at once")
+    g.add_argument("--eval-protocol", default=None,
+                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows; "
+                        f"ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -116,6 +139,7 @@ def add_train_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--weight-decay", type=number, default=None, help="AdamW weight decay (default 0.01)")
     g.add_argument("--eval-every", type=int, default=None, help="steps between validation points (default: 5 per run)")
     g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation (default 32768)")
+    add_recipe_args(g)
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
@@ -153,6 +177,7 @@ def build_train_parser() -> Parser:
     p.add_argument("--seed", type=int, default=0, help="initialisation and data-order seed")
     p.add_argument("--seeds", type=int, default=1,
                    help="train seeds --seed .. --seed+N-1 packed into one training (default 1: alone)")
+    add_preset_arg(p)
     add_model_args(p)
     add_train_args(p)
     add_runtime_args(p)
@@ -166,7 +191,7 @@ def build_train_parser() -> Parser:
 def model_overrides(args: argparse.Namespace) -> dict:
     """ModelConfig fields the user set on the command line."""
     names = {"layers": "n_layers", "d_model": "d_model", "heads": "n_heads", "ffn_hidden": "ffn_hidden",
-             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual"}
+             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init"}
     return {f: getattr(args, a) for a, f in names.items() if getattr(args, a, None) is not None}
 
 
@@ -179,7 +204,7 @@ def train_overrides(args: argparse.Namespace) -> dict:
     if getattr(args, "train_flops", None) is not None:
         out.update(tokens=None, train_flops=args.train_flops[0])
     for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens", "schedule",
-              "cooldown_frac", "cooldown_shape", "warmup_steps"):
+              "cooldown_frac", "cooldown_shape", "warmup_steps", "decay_gains", "micro_batch", "eval_protocol"):
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
     return out
@@ -191,16 +216,45 @@ def ladder_from_args(args: argparse.Namespace) -> tuple[float, ...] | None:
     return tuple(hs) if hs is not None and len(hs) > 1 else None
 
 
+def preset_of(args: argparse.Namespace) -> dict:
+    """``--preset``'s configuration (:mod:`searchmaps.presets`; empty parts without one);
+    ConfigError naming --preset for an unknown name."""
+    return get_preset(getattr(args, "preset", None))
+
+
+def tokenizer_of(args: argparse.Namespace) -> str | None:
+    """``--tokenizer``, else the preset's."""
+    return args.tokenizer if args.tokenizer is not None else preset_of(args)["tokenizer"]
+
+
+def with_preset(args: argparse.Namespace) -> tuple[dict, dict]:
+    """ModelConfig and TrainConfig fields of the preset with the flags over them. A preset's
+    context longer than the position table (--max-positions given with it) is ConfigError."""
+    pre = preset_of(args)
+    if getattr(args, "micro_batch", None) is not None and args.micro_batch <= 0:
+        raise ConfigError(f"--micro-batch must be a positive number of sequences, got {args.micro_batch} "
+                          f"(leave it out to compute the whole batch at once)")
+    model, train = {**pre["model"], **model_overrides(args)}, {**pre["train"], **train_overrides(args)}
+    if args.preset is not None:
+        seq = model.get("seq_len", ModelConfig.seq_len)
+        positions = model.get("max_positions", ModelConfig.max_positions)
+        if seq > positions:
+            raise ConfigError(f"--max-positions {positions} is below the context of {seq} tokens that --preset "
+                              f"{args.preset} (or --seq-len) sets; raise --max-positions or lower --seq-len")
+    return model, train
+
+
 def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None) -> TrialSpec:
-    """The trial spec of ``searchmaps.train``'s flags; raises ConfigError."""
-    n_layers = args.layers if args.layers is not None else ModelConfig.n_layers
+    """The trial spec of ``searchmaps.train``'s flags (over ``--preset``'s values); raises ConfigError."""
+    model_kw, train_kw = with_preset(args)
+    n_layers = model_kw.get("n_layers", ModelConfig.n_layers)
     reuse = ReuseMap.parse(args.map, n_layers)
-    model = ModelConfig(pe=args.pe, reuse=reuse, vocab_size=vocab_size, **model_overrides(args))
+    model = ModelConfig(pe=args.pe, reuse=reuse, vocab_size=vocab_size, **model_kw)
     device = resolve_device(args.device)
     train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
-                            compile=resolve_compile(args.compile, device), **train_overrides(args))
+                            compile=resolve_compile(args.compile, device), **train_kw)
     return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
-                     threads=args.threads, device=device)
+                     threads=args.threads, device=device, preset=args.preset or "")
 
 
 # --------------------------------------------------------------------------- the search command
@@ -248,11 +302,13 @@ def build_search_parser() -> Parser:
     p.add_argument("--promote", action="store_true",
                    help="statistical successive halving along the ladder: after each horizon only the candidates "
                         "in its top group go on (their runs continue from a saved state)")
-    g = p.add_argument_group("proxy overrides (default: the space's)")
+    add_preset_arg(p)
+    g = p.add_argument_group("proxy overrides (default: the space's, then --preset's)")
     g.add_argument("--batch-size", type=int, default=None, help="sequences per step")
     g.add_argument("--lr", type=number, default=None, help="peak learning rate, every map (see --lr-grid to fit it per map)")
     add_schedule_args(g)
     g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation")
+    add_recipe_args(g)
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
@@ -303,10 +359,13 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
         raise ConfigError(f"--layers {args.layers} differs from space {space.name} ({space.model.n_layers} layers); "
                           f"write a space file for another depth")
     device = resolve_device(args.device)
-    train = train_overrides(args)
+    model, train = with_preset(args)
+    if args.preset is not None and model.get("n_layers", space.model.n_layers) != space.model.n_layers:
+        raise ConfigError(f"--preset {args.preset} has {model['n_layers']} layers but space {space.name} has "
+                          f"{space.model.n_layers}; give --space a space of {model['n_layers']} layers")
     train["precision"] = resolve_precision(args.precision, device)
     train["compile"] = resolve_compile(args.compile, device)
-    model = {k: v for k, v in model_overrides(args).items() if k != "n_layers"}
+    model = {k: v for k, v in model.items() if k != "n_layers"}
     space = space.with_overrides(model=model, train=train)
     pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, seeds=args.seeds, study="-",
@@ -317,7 +376,8 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
                   lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
-                  maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())))
+                  maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())),
+                  preset=args.preset or "")
     plan = SearchPlan(**common)  # checks every setting before the data is read
     study = args.study or default_study_name(plan)
     check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
@@ -325,8 +385,12 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
         return dataclasses.replace(plan, study=study)
     from .data import check_fits, load_corpus  # data imports torch
 
-    corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=args.tokenizer)
+    corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args))
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
+    if space.train.eval_protocol == "ilr":  # the validation split must hold one 4,096-token sequence
+        from .data import ilr_val_batches
+
+        ilr_val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
     return dataclasses.replace(plan, study=study, data=corpus.name,
                                vocab_size=corpus.vocab_size, data_fingerprint=corpus.fingerprint)
 

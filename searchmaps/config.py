@@ -22,12 +22,17 @@ Residual = Literal["prenorm", "deeploop", "depth-mup"]
 Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]
+Init = Literal["scaled", "normal"]
+EvalProtocol = Literal["windows", "ilr"]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
 RESIDUALS: tuple[str, ...] = get_args(Residual)
 PRECISIONS: tuple[str, ...] = get_args(Precision)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
+INITS: tuple[str, ...] = get_args(Init)
+EVAL_PROTOCOLS: tuple[str, ...] = get_args(EvalProtocol)
+ILR_EVAL_CHUNK = 4096  # --eval-protocol ilr: the validation split is cut into sequences of this many tokens
 
 
 class ConfigError(ValueError):
@@ -224,6 +229,9 @@ class ModelConfig:
     residual: Residual = "prenorm"
     reuse: ReuseMap | None = None  # None -> the baseline 1,1,...,1
     rope_theta: float = 10000.0
+    # scaled: N(0, 0.02), residual projections (proj, down) also scaled by 1/sqrt(2 n_layers) (GPT-2);
+    # normal: N(0, 0.02) for every matrix (ILR). deeploop keeps its DeepNorm init (needs scaled)
+    init: Init = "scaled"
 
     def __post_init__(self) -> None:
         _positive("--layers", self.n_layers)
@@ -248,6 +256,11 @@ class ModelConfig:
             raise ConfigError(problem)
         if self.residual not in RESIDUALS:
             raise ConfigError(f"--residual must be one of {', '.join(RESIDUALS)}, got {self.residual!r}")
+        if self.init not in INITS:
+            raise ConfigError(f"--init must be one of {', '.join(INITS)}, got {self.init!r}")
+        if self.init == "normal" and self.residual == "deeploop":
+            raise ConfigError("--init normal cannot combine with --residual deeploop, which has its own (DeepNorm) "
+                              "initialisation; use --init scaled or another --residual")
         if not isinstance(self.reuse, ReuseMap):
             raise ConfigError("--map: expected a ReuseMap")
         if self.reuse.n_layers != self.n_layers:
@@ -297,6 +310,9 @@ class TrainConfig:
     cooldown_frac: float = 0.2  # wsd: share of the horizon's steps in the cooldown
     cooldown_shape: CooldownShape = "1-sqrt"  # wsd: 1 - sqrt(progress) (Hagele et al. 2024) or linear
     warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung
+    decay_gains: bool = False  # weight decay on every parameter, RMSNorm gains included (ILR); False: gains exempt
+    micro_batch: int = 0  # sequences per forward/backward, gradients accumulated over the step's batch; 0: all
+    eval_protocol: EvalProtocol = "windows"  # windows: fixed seq_len windows; ilr: first seq_len of 4,096-token chunks
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.train_flops is None):
@@ -338,6 +354,21 @@ class TrainConfig:
         if self.warmup_steps is not None and (isinstance(self.warmup_steps, bool)
                                               or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0):
             raise ConfigError(f"--warmup-steps must be a whole number >= 0, got {self.warmup_steps!r}")
+        if not isinstance(self.decay_gains, bool):
+            raise ConfigError(f"--decay-gains is on or off, got {self.decay_gains!r}")
+        if isinstance(self.micro_batch, bool) or not isinstance(self.micro_batch, int) or self.micro_batch < 0:
+            raise ConfigError(f"--micro-batch must be a positive number of sequences (or 0: the whole batch), "
+                              f"got {self.micro_batch!r}")
+        if self.micro_batch and self.batch_size % self.micro_batch:
+            raise ConfigError(f"--micro-batch {self.micro_batch} does not divide --batch-size {self.batch_size}")
+        if self.eval_protocol not in EVAL_PROTOCOLS:
+            raise ConfigError(f"--eval-protocol must be one of {', '.join(EVAL_PROTOCOLS)}, "
+                              f"got {self.eval_protocol!r}")
+
+    @property
+    def forward_batch(self) -> int:
+        """Sequences one forward pass takes: ``micro_batch``, or the whole batch."""
+        return self.micro_batch or self.batch_size
 
 
 # --------------------------------------------------------------------------- trial
@@ -358,11 +389,15 @@ class TrialSpec:
     data: str = "stdlib"
     threads: int = 1
     device: str = "cpu"
+    preset: str = ""  # the named recipe the config started from (searchmaps.presets); "" for none
 
     def __post_init__(self) -> None:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"--seed must be a non-negative integer, got {self.seed!r}")
         _positive("--threads", self.threads)
+        if self.train.eval_protocol == "ilr" and self.model.seq_len > ILR_EVAL_CHUNK:
+            raise ConfigError(f"--eval-protocol ilr scores the first --seq-len tokens of {ILR_EVAL_CHUNK:,}-token "
+                              f"sequences; --seq-len {self.model.seq_len} is longer")
 
     def to_dict(self) -> dict:
         """A flat, JSON-able dict: ``model.*``, ``train.*`` and the top-level fields."""
@@ -371,7 +406,7 @@ class TrialSpec:
             for f in dataclasses.fields(rec):
                 v = getattr(rec, f.name)
                 out[f"{prefix}.{f.name}"] = str(v) if isinstance(v, ReuseMap) else v
-        out.update(seed=self.seed, data=self.data, threads=self.threads, device=self.device)
+        out.update(seed=self.seed, data=self.data, threads=self.threads, device=self.device, preset=self.preset)
         return out
 
     @classmethod
@@ -389,6 +424,7 @@ class TrialSpec:
             data=str(d.get("data", "stdlib")),
             threads=int(d.get("threads", 1)),
             device=str(d.get("device", "cpu")),
+            preset=str(d.get("preset") or ""),
         )
 
     def config_hash(self) -> str:
@@ -396,10 +432,16 @@ class TrialSpec:
         changes the numbers except the seed (so all seeds of a candidate share it). The
         schedule fields enter only where they change the numbers (a cosine schedule
         ignores the cooldown; no fixed warm-up), so configurations from before they existed
-        keep their hash."""
+        keep their hash. So do the recipe options at their defaults (``init``, ``decay_gains``,
+        ``eval_protocol``); ``micro_batch`` never enters (it changes how a step is computed,
+        not what: the numbers agree up to float rounding), nor does the preset's name (its
+        values are the fields)."""
         d = self.to_dict()
-        for k in ("seed", "threads", "device"):
+        for k in ("seed", "threads", "device", "preset", "train.micro_batch"):
             d.pop(k)
+        for k, default in RECIPE_DEFAULTS.items():
+            if d[k] == default:
+                d.pop(k)
         if d["train.schedule"] == "cosine":
             for k in ("train.schedule", "train.cooldown_frac", "train.cooldown_shape"):
                 d.pop(k)
@@ -407,6 +449,11 @@ class TrialSpec:
             d.pop("train.warmup_steps")
         blob = json.dumps(d, sort_keys=True, default=str).encode()
         return hashlib.sha256(blob).hexdigest()[:12]
+
+
+RECIPE_DEFAULTS = {"model.init": "scaled", "train.decay_gains": False, "train.eval_protocol": "windows"}
+"""Options added after studies were committed, at the values those studies ran with: a
+configuration at these values keeps the hash (and the protocol) it had before they existed."""
 
 
 # --------------------------------------------------------------------------- helpers

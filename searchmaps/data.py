@@ -169,6 +169,31 @@ def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
     return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
 
 
+def ilr_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int, chunk: int = 4096
+                    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """ILR's evaluation (``--eval-protocol ilr``): the validation split cut into consecutive
+    ``chunk``-token sequences (a last partial one dropped), of which the first ``seq_len``
+    tokens are read and scored as one causal window (next-token loss inside it: ``seq_len - 1``
+    targets, as a Hugging Face model given ``labels=input_ids``), the rest of each sequence
+    unread. ``min(max_tokens // seq_len, sequences in the split)`` sequences, ``batch_size``
+    per batch (the last may be smaller). Reads ``chunk / seq_len`` times the split
+    :func:`val_batches` reads for the same number of scored tokens; its forward passes cost the same."""
+    for flag, v in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--eval-tokens", max_tokens)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise DataError(f"{flag} must be a positive integer, got {v!r}")
+    if seq_len < 2 or seq_len > chunk:
+        raise DataError(f"--eval-protocol ilr scores the first --seq-len tokens of {chunk:,}-token sequences; "
+                        f"--seq-len {seq_len} must be between 2 and {chunk:,}")
+    if len(corpus.val) < chunk:
+        raise DataError(f"--data {corpus.name}: {len(corpus.val):,} validation tokens, but --eval-protocol ilr "
+                        f"needs at least one {chunk:,}-token sequence; use more data or --eval-protocol windows")
+    if max_tokens < seq_len:
+        raise DataError(f"--eval-tokens {max_tokens} is less than one sequence's first --seq-len {seq_len} tokens")
+    n = min(max_tokens // seq_len, len(corpus.val) // chunk)
+    windows = corpus.val[np.arange(n)[:, None] * chunk + np.arange(seq_len)]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
 # --------------------------------------------------------------------------- helpers
 
 

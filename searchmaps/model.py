@@ -107,6 +107,10 @@ class LoopedLM(nn.Module):
         self._init_weights()
 
     def _init_weights(self) -> None:
+        """``--init scaled`` (default): N(0, 0.02), the residual projections (``proj``,
+        ``down``) also scaled by 1/sqrt(2 n_layers); ``normal`` (ILR): N(0, 0.02) for every
+        matrix. ``depth-mup`` scales its branches instead (the same weights under either);
+        ``deeploop`` keeps DeepNorm's (ModelConfig refuses it with ``normal``)."""
         cfg = self.cfg
         for name, p in self.named_parameters():
             if p.dim() < 2:
@@ -120,8 +124,8 @@ class LoopedLM(nn.Module):
                 else:
                     p.data.mul_(beta)
             else:
-                nn.init.normal_(p, mean=0.0, std=0.02)
-                if cfg.residual != "depth-mup" and name.endswith(("proj.weight", "down.weight")):
+                nn.init.normal_(p, mean=0.0, std=0.02)  # --init normal (ILR): this, for every matrix
+                if cfg.init == "scaled" and cfg.residual != "depth-mup" and name.endswith(("proj.weight", "down.weight")):
                     # GPT-2: residual-branch outputs scaled by physical depth (not the map,
                     # so every map of a seed starts from the same weights); depth-mup scales the
                     # branch by its 1/sqrt(unrolled depth) multiplier instead

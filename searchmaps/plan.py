@@ -14,8 +14,8 @@ from functools import cached_property
 from pathlib import Path
 
 from . import flops
-from .config import (POSITIONAL_ENCODINGS, Candidate, ConfigError, ReuseMap, TrialSpec, folder_name_problem,
-                     parse_planned)
+from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigError, ReuseMap, TrialSpec,
+                     folder_name_problem, parse_planned)
 from .encodings import ENCODINGS
 from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
@@ -83,6 +83,7 @@ class SearchPlan:
     lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
     tuning_seeds: int = 2
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
+    preset: str = ""  # the named recipe (--preset, searchmaps.presets) the space's config was overridden with
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -208,7 +209,7 @@ class SearchPlan:
         itself is :attr:`ladder`), at learning rate ``lr`` (None: the space's)."""
         train = self.space.train if lr is None else dataclasses.replace(self.space.train, lr=float(lr))
         spec = TrialSpec(model=self.model(cand), train=train, seed=seed, data=self.data,
-                         threads=self.threads, device=self.device)
+                         threads=self.threads, device=self.device, preset=self.preset)
         return with_horizon(spec, self.ladder[0]) if self.ladder else spec
 
     @property
@@ -271,9 +272,19 @@ class SearchPlan:
         return self.storage or f"sqlite:///{(self.study_dir / 'optuna.db').resolve()}"
 
     def protocol(self) -> dict:
-        """What a resumed run must share with the study (kept in the study's attributes)."""
+        """What a resumed run must share with the study (kept in the study's attributes). The
+        recipe options enter only away from their defaults and ``micro_batch`` never (as in
+        :meth:`~searchmaps.config.TrialSpec.config_hash`), so a study from before they
+        existed resumes; ``preset`` only when there is one."""
         t = self.space.train
-        return {
+        model = {k: v for k, v in dataclasses.asdict(self.space.model).items() if k != "reuse"}
+        train = {k: v for k, v in dataclasses.asdict(t).items() if k != "micro_batch"}
+        for key, default in RECIPE_DEFAULTS.items():
+            part, name = key.split(".")
+            record = model if part == "model" else train
+            if record.get(name) == default:
+                record.pop(name)
+        return ({"preset": self.preset} if self.preset else {}) | {
             "space": self.space.name,
             "budget_flops": self.budget_flops,
             "pes": list(self.pes),
@@ -284,8 +295,8 @@ class SearchPlan:
             "train_flops": t.train_flops,
             "data": self.data,
             "data_fingerprint": self.data_fingerprint,
-            "model": {k: v for k, v in dataclasses.asdict(self.space.model).items() if k != "reuse"},
-            "train": dataclasses.asdict(t),
+            "model": model,
+            "train": train,
             "racing": self.racing,
             "ladder": list(self.ladder),
             "promote": self.promote,

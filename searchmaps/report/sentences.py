@@ -266,6 +266,9 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                        f"spent more training compute.")
     if configs:
         out.append(recipe_sentence(configs, ok))
+    if info.get("preset"):
+        out.append(f"Preset: `--preset {info['preset']}` (searchmaps/presets.py, docs/training.md), the flags "
+                   f"given with it over it; the rows' config fields say what ran.")
     if ok["rung"].max() > 0:
         out.append(f"Horizon: the last rung of the study's horizon ladder (rung {ok['rung'].max()}); earlier "
                    f"rungs are in runs.csv.")
@@ -362,8 +365,20 @@ def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:
     steps = ok["steps"]
     steps_text = (f"{int(steps.iloc[0]):,} steps" if steps.nunique() == 1
                   else f"{int(steps.min()):,} to {int(steps.max()):,} steps")
+    micro = one("train.micro_batch", 0)
+    if micro and not isinstance(micro, str) and batch is not None and not isinstance(batch, str) and micro < batch:
+        per_update += f" ({int(micro)} sequences per forward pass, gradients accumulated)"
+    ilr = []  # ILR's choices where the rows made them (the project's defaults go unsaid, as before they existed)
+    gains = one("train.decay_gains", False)
+    if gains is not None and not isinstance(gains, str) and bool(gains):
+        ilr.append("weight decay on every parameter, norm gains included")
+    if one("model.init", "scaled") == "normal":
+        ilr.append("N(0, 0.02) initialisation for every matrix")
+    if one("train.eval_protocol", "windows") == "ilr" and seq is not None and not isinstance(seq, str):
+        ilr.append(f"validation on the first {int(seq):,} tokens of each held-out 4,096-token sequence")
     return (f"Training: AdamW (β {one('train.beta1', 0.9):g}/{one('train.beta2', 0.999):g}, weight decay {wd:g}, "
-            f"gradient clip {clip:g}), {lr}, {sched}; {per_update}, {steps_text}; {prec} on {device}.")
+            f"gradient clip {clip:g}), {lr}, {sched}; {per_update}, {steps_text}; "
+            + "".join(f"{x}; " for x in ilr) + f"{prec} on {device}.")
 
 
 def _omnibus_verdict(fr: dict, res: dict) -> str:

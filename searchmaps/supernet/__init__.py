@@ -28,11 +28,11 @@ import torch
 
 from .. import flops
 from ..config import ConfigError, ReuseMap, TrialSpec
-from ..data import Corpus, load_corpus, val_batches
+from ..data import Corpus, load_corpus
 from ..results import RunRecord, perplexity
 from ..schedule import plan_steps, tokens_per_step
 from ..spaces import Space, feasible_maps
-from ..train import autocast, resolve_device, train_ladder
+from ..train import autocast, resolve_device, train_ladder, validation_batches
 
 SAMPLINGS = ("uniform", "sandwich")
 
@@ -122,7 +122,7 @@ def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec)
     computes it for one map: per-map losses equal a separate evaluation of that map."""
     device = resolve_device(spec.device)
     precision = spec.train.precision
-    batches = val_batches(corpus, spec.train.batch_size, spec.model.seq_len, spec.train.eval_tokens)
+    batches = validation_batches(corpus, spec)
     ilr = [m for m in maps if not m.is_block]
     blocks = [m for m in maps if m.is_block]
     children: dict[tuple, set] = {}

@@ -37,9 +37,9 @@ from ..results import RunRecord, Status, describe, failed_record
 from ..schedule import lr_at, make_ladder, plan_steps
 from .ladder import EvalCallback, Training, climb, progress_total
 from .records import History, RungRecords, failure_reason, unrun_records, wanted_rungs
-from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Guard, Stop, TrainStep, autocast, evaluate
+from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Guard, Stop, TrainStep, autocast, evaluate, validation_batches
 
-__all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "autocast", "resolve_device", "plan_steps", "lr_at",
+__all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "validation_batches", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Guard", "Stop", "History", "failure_reason"]
 
 

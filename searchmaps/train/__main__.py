@@ -6,7 +6,7 @@ import dataclasses
 import json
 import sys
 
-from ..cli import build_train_parser, fail, ladder_from_args, spec_from_args
+from ..cli import build_train_parser, fail, ladder_from_args, spec_from_args, tokenizer_of
 from ..config import ConfigError
 from ..data import DataError, load_corpus
 from ..results import ResultsError, RunRecord, RunsFile
@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = spec_from_args(args)  # flags first: a bad flag should not wait for data
-        corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=args.tokenizer)
+        corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args))
         spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name)
         ladder = ladder_from_args(args)
         make_ladder(spec, ladder)  # a bad ladder is a flag error, before any training

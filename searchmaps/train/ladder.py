@@ -22,12 +22,12 @@ from typing import Protocol
 import torch
 
 from ..config import TrialSpec
-from ..data import Corpus, train_batches, val_batches
+from ..data import Corpus, train_batches
 from ..model import LoopedLM
 from ..results import Status
 from ..schedule import Ladder, horizon_of, lr_at, tokens_per_step
 from .records import History, RungRecords
-from .step import Guard, Stop, TrainStep, compile_layers, evaluate, make_optimizer
+from .step import Guard, Stop, TrainStep, compile_layers, evaluate, make_optimizer, validation_batches
 
 EvalCallback = Callable[[dict], bool | None]
 
@@ -94,10 +94,10 @@ class Training:
         if t.compile:
             compile_layers(self.model)
         self.opt = make_optimizer(self.model, spec)
-        self.val = val_batches(corpus, t.batch_size, cfg.seq_len, t.eval_tokens)
+        self.val = validation_batches(corpus, spec)
         self.batches = train_batches(corpus, t.batch_size, cfg.seq_len, spec.seed)
         self.guard = Guard(cfg.vocab_size, lad.warmup)
-        self.step = TrainStep(self.model, self.opt, self.guard, device, t.precision, t.grad_clip)
+        self.step = TrainStep(self.model, self.opt, self.guard, device, t.precision, t.grad_clip, t.micro_batch)
 
     def advance(self, history: History, rung: int, until: int, evals: set[int],
                 check_eval: EvalCallback | None = None) -> None:

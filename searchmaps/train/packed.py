@@ -39,13 +39,13 @@ from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from ..config import TrialSpec
-from ..data import Corpus, train_batches, val_batches
+from ..data import Corpus, train_batches
 from ..model import LoopedLM
 from ..results import RunRecord, Status
 from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .records import History, RungRecords
-from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast
+from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
 
 
 @dataclasses.dataclass
@@ -142,7 +142,8 @@ class PackedTraining:
         self.buffers = {k: v.to(device) for k, v in buffers.items()}
         self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
         self.opt = adamw(list(self.params.values()), spec, stacked=True)
-        self.val = val_batches(corpus, t.batch_size, cfg.seq_len, t.eval_tokens)
+        self.micro_batch = t.micro_batch
+        self.val = validation_batches(corpus, spec)
         if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
             self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
@@ -196,6 +197,8 @@ class PackedTraining:
         x, y = batch
         for group in self.opt.param_groups:
             group["lr"] = lr
+        if self.micro_batch and self.micro_batch < x.shape[1]:
+            return self._accumulate(x, y, alive)
         with self._kernels():
             losses = self._train_losses(self.params, self.buffers, x, y)
         ok = alive & torch.isfinite(losses.detach())
@@ -204,6 +207,24 @@ class PackedTraining:
         self._clip(ok)
         self.opt.step()
         return losses.detach()
+
+    def _accumulate(self, x, y, alive: torch.Tensor) -> torch.Tensor:
+        """:meth:`_step` with ``--micro-batch``: each seed's batch in chunks of
+        ``micro_batch`` sequences, every chunk's losses weighted by its share of the batch and
+        their gradients accumulated (a seed's chunk that is not finite adds nothing; the
+        seed is then left out of the update by its whole-batch loss, as unpacked)."""
+        self.opt.zero_grad(set_to_none=True)
+        total = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
+        for i in range(0, x.shape[1], self.micro_batch):
+            xc, yc = x[:, i:i + self.micro_batch], y[:, i:i + self.micro_batch]
+            with self._kernels():
+                part = self._train_losses(self.params, self.buffers, xc, yc) * (xc.shape[1] / x.shape[1])
+            ok = alive & torch.isfinite(part.detach())
+            torch.where(ok, part, torch.zeros_like(part)).sum().backward()
+            total += part.detach().float()
+        self._clip(alive & torch.isfinite(total))
+        self.opt.step()
+        return total
 
     def _clip(self, ok: torch.Tensor) -> None:
         """Per seed, what ``clip_grad_norm_`` does to one model: the norm of the per-tensor

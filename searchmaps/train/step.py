@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import TrialSpec
+from ..config import ILR_EVAL_CHUNK, TrialSpec
+from ..data import Corpus, ilr_val_batches, val_batches
 from ..model import LoopedLM
 from ..results import Status
 
@@ -78,25 +79,48 @@ class TrainStep:
     norm), AdamW step."""
 
     def __init__(self, model: LoopedLM, opt: torch.optim.Optimizer, guard: Guard, device: str, precision: str,
-                 grad_clip: float):
+                 grad_clip: float, micro_batch: int = 0):
         self.model, self.opt, self.guard = model, opt, guard
         self.device, self.precision, self.grad_clip = device, precision, grad_clip
+        self.micro_batch = micro_batch
+
+    def _accumulate(self, x, y, reuse) -> float:
+        """Gradient accumulation (``--micro-batch``): the batch in chunks of ``micro_batch``
+        sequences, each chunk's mean loss weighted by its share of the batch, so the summed
+        gradients and the loss are the whole batch's up to float rounding. Returns the loss;
+        the gradients are left for the caller's check, clip and step."""
+        self.opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=x.device, dtype=torch.float32)
+        for i in range(0, len(x), self.micro_batch):
+            xc, yc = x[i:i + self.micro_batch], y[i:i + self.micro_batch]
+            with autocast(self.device, self.precision):
+                _, loss = self.model(xc, yc, reuse)
+            part = loss * (len(xc) / len(x))
+            part.backward()
+            total += part.detach().float()
+        return total.item()
 
     def __call__(self, step: int, batch, lr: float, before: Sequence[float] = (), reuse=None) -> float:
         """Run step ``step`` (1-based) on ``batch`` (``x, y`` token ids) at learning rate
-        ``lr`` and return its training loss. ``before``: the losses of the steps before it
-        (the divergence check reads the last :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the
-        map to run (None: the model's own). Raises :class:`Stop`, the weights untouched,
-        when the loss is non-finite or the run has diverged."""
+        ``lr`` and return its training loss (with ``micro_batch``: in chunks, gradients
+        accumulated, the checks on the whole batch's loss before the update). ``before``:
+        the losses of the steps before it (the divergence check reads the last
+        :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the map to run (None: the model's own).
+        Raises :class:`Stop`, the weights untouched, when the loss is non-finite or the run
+        has diverged."""
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        with autocast(self.device, self.precision):
-            _, loss = self.model(x, y, reuse)
-        value = loss.item()
-        self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
+        if self.micro_batch and self.micro_batch < len(x):
+            value = self._accumulate(x, y, reuse)
+            self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
+        else:
+            with autocast(self.device, self.precision):
+                _, loss = self.model(x, y, reuse)
+            value = loss.item()
+            self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
+            self.opt.zero_grad(set_to_none=True)
+            loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip, foreach=True)
         self.opt.step()
         return value
@@ -124,19 +148,32 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
     return total / count
 
 
+def validation_batches(corpus: Corpus, spec: TrialSpec) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The fixed validation batches of ``spec``'s ``train.eval_protocol``, ``forward_batch``
+    sequences each: ``windows`` (:func:`~searchmaps.data.val_batches`) or ``ilr``
+    (:func:`~searchmaps.data.ilr_val_batches`)."""
+    t, seq_len = spec.train, spec.model.seq_len
+    if t.eval_protocol == "ilr":
+        return ilr_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens, ILR_EVAL_CHUNK)
+    return val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
+
+
 def make_optimizer(model: LoopedLM, spec: TrialSpec) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices and embeddings only, not on norm gains."""
+    """AdamW; weight decay on matrices and embeddings, and on norm gains only with
+    ``decay_gains``."""
     return adamw(list(model.parameters()), spec)
 
 
 def adamw(params: list[torch.Tensor], spec: TrialSpec, stacked: bool = False) -> torch.optim.AdamW:
-    """AdamW over ``params``; weight decay on matrices and embeddings only, not on norm
-    gains. ``stacked``: the weights carry a leading seed dimension (packed seeds)."""
+    """AdamW over ``params`` in two groups: matrices and embeddings (decayed), then the norm
+    gains, decayed only with ``train.decay_gains`` (ILR: every parameter), so the state's
+    layout is the same either way. ``stacked``: the weights carry a leading seed dimension
+    (packed seeds)."""
     rank = 3 if stacked else 2
     t = spec.train
     return torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() >= rank], "weight_decay": t.weight_decay},
-         {"params": [p for p in params if p.dim() < rank], "weight_decay": 0.0}],
+         {"params": [p for p in params if p.dim() < rank], "weight_decay": t.weight_decay if t.decay_gains else 0.0}],
         lr=t.lr,
         betas=(t.beta1, t.beta2),
         fused=True,
