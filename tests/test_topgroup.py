@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from searchmaps.topgroup import (DEFAULT_RULE, RULES, Rule, TopGroup, detectable_effect, dunnett_critical, fit_f_dist,
-                                 noise_check, register, residual_sd, rule_detail, seeds_needed, srange_critical,
-                                 studentized_range_critical, top_group, top_groups, unregister)
+                                 noise_check, register, residual_sd, rule_detail, seeds_needed, sidak_t_critical,
+                                 srange_critical, studentized_range_critical, top_group, top_groups, unregister)
 
 
 def matrix(x) -> pd.DataFrame:
@@ -165,6 +165,19 @@ def studies(rng, count, n, k, sds, noise="normal", worse=None):
 
 def fwer(keep, tied):
     return float(np.mean(~keep[:, tied].all(axis=1)))
+
+
+def test_sidak_t_against_simulation_and_its_p_value():
+    from searchmaps.topgroup.critical import sidak_t_sf
+
+    assert float(sidak_t_critical(1, 1e9)) == pytest.approx(1.95996, abs=1e-4)  # one comparison: the normal's
+    rng = np.random.default_rng(5)
+    m, dof = 10, 3.0
+    t = rng.standard_t(dof, size=(200_000, m))  # independent t statistics: Sidak is exact for them
+    c = float(sidak_t_critical(m, dof))
+    assert np.mean(np.abs(t).max(axis=1) > c) == pytest.approx(0.05, abs=0.0025)
+    assert float(sidak_t_sf(c, m, dof)) == pytest.approx(0.05, rel=1e-6)
+    assert float(sidak_t_sf(c * 1.01, m, dof)) < 0.05 < float(sidak_t_sf(c * 0.99, m, dof))
 
 
 def test_studentized_range_and_the_variance_prior_against_references():
