@@ -9,10 +9,11 @@ seeds (3 degrees of freedom of its own) takes the Welch–Satterthwaite dof of i
 variances where their noise sets its variance, and the larger of Tukey's value and Šidák's
 t over the comparisons (all k(k-1)/2 pairs with 3 seeds or fewer, the k - 1 with the best
 at 4). With so few seeds a 4x noise spread cannot be told from chance, and Tukey's
-shared-denominator value is too small for statistics with separate ones: with 1:4 noise the
-rule dropped a map tied with the best in 6.6-7.3 % of studies at 3 seeds and 5.9 % at 4 (k 5,
-10,000 studies); T3 holds alpha there (benchmarks/calibration.py). From 5 seeds nothing
-changes. All of its arithmetic is here: :func:`moderated_pairs` sets up every pair, which
+shared-denominator value is too small for statistics with separate ones: with 1:4 noise,
+all maps equal, Tukey's value alone dropped a map tied with the best in 6.6 % (5 maps) and
+7.3 % (11 maps) of studies at 3 seeds and 5.9 % at 4 (5 maps); T3 gives 2.9-4.6 % there, and
+over the k - 1 comparisons alone still 6.5 % at 3 seeds x 11 maps (benchmarks/calibration.py,
+benchmarks/README.md). From 5 seeds nothing changes, so neither does the power there. All of its arithmetic is here: :func:`moderated_pairs` sets up every pair, which
 both the decisions (:func:`pair_tests`) and the p-values
 (:meth:`Moderated.simultaneous_pvalues`) read."""
 
