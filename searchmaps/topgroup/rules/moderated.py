@@ -13,9 +13,11 @@ shared-denominator value is too small for statistics with separate ones: with 1:
 all maps equal, Tukey's value alone dropped a map tied with the best in 6.6 % (5 maps) and
 7.3 % (11 maps) of studies at 3 seeds and 5.9 % at 4 (5 maps); T3 gives 2.9-4.6 % there, and
 over the k - 1 comparisons alone still 6.5 % at 3 seeds x 11 maps (benchmarks/calibration.py,
-benchmarks/README.md). From 5 seeds nothing changes, so neither does the power there. All of its arithmetic is here: :func:`moderated_pairs` sets up every pair, which
-both the decisions (:func:`pair_tests`) and the p-values
-(:meth:`Moderated.simultaneous_pvalues`) read."""
+benchmarks/README.md). From 5 seeds nothing changes, so neither does the power there.
+
+All of its arithmetic is here: :func:`moderated_pairs` sets up every pair, which both the
+decisions (:func:`pair_tests`) and the p-values (:meth:`Moderated.simultaneous_pvalues`)
+read."""
 
 from __future__ import annotations
 
