@@ -9,10 +9,12 @@ scaled to unit variance). Per-map noise is "equal" (sd 1) or "1:4" (the first ce
 maps sd 4, the rest sd 1). Complete null: every mu_j = 0. Partial null: the first
 ceil(k/3) maps (the noisy ones under 1:4) tied at 0, the rest 3 worse. FWER = the share of
 studies whose top group drops ANY map tied with the best (alpha 0.05); ± is one Monte
-Carlo standard error. Power: one map 2 or 3 noise sd worse than ten tied ones (k 11, n 5),
-the share of studies that leave it out. Every rule decides through
+Carlo standard error. Power: one map 2 or 3 noise sd worse than ten tied ones (k 11, n 3, 4
+and 5), the share of studies that leave it out. Every rule decides through
 ``searchmaps.topgroup.top_groups`` (the same decisions as the report's, vectorised);
-``gameshowell`` is the moderated rule without moderation (measured, not offered).
+``gameshowell`` is the moderated rule without moderation, ``tukeyonly`` the moderated rule
+without its switch to Dunnett's T3 at <= 4 shared seeds (as it was until 2026-12-04);
+both measured, not offered.
 
 Race vs full design: k 11 maps, one better by 2 or 4 noise sd, equal noise; a race starts
 every map on 3 seeds, drops by the rule (alpha split over looks 3..10), gives survivors
@@ -41,13 +43,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from searchmaps import topgroup  # noqa: E402
 from searchmaps.racing import race_step  # noqa: E402
 
-RULES = ("moderated", "hsd", "holm", "friedman", "mcb", "gameshowell")
+RULES = ("moderated", "hsd", "holm", "friedman", "mcb", "gameshowell", "tukeyonly")
 ALPHA = 0.05
 
 
 def decide(x: np.ndarray, rule: str) -> np.ndarray:
     if rule == "gameshowell":
         return topgroup.pair_tests(x, ALPHA, moderate=False)["keep"]
+    if rule == "tukeyonly":
+        return topgroup.pair_tests(x, ALPHA, t3_seeds=0)["keep"]
     return topgroup.top_groups(x, rule, ALPHA)
 
 
@@ -74,7 +78,7 @@ def fwer_table(count: int, rules) -> None:
         for noise in ("normal", "t3"):
             for ratio in (1, 4):
                 for null in ("complete", "partial"):
-                    for n in (3, 5, 10):
+                    for n in (3, 4, 5, 10):
                         rng = np.random.default_rng([k, n, ratio, noise == "t3", null == "partial"])
                         mu = np.zeros(k)
                         if null == "partial":
@@ -88,16 +92,17 @@ def fwer_table(count: int, rules) -> None:
 
 
 def power_table(count: int, rules) -> None:
-    print(f"\nPower: one map delta noise sd worse than 10 tied maps (k 11, n 5, equal noise), {count} studies")
-    print(f"{'noise':>6} {'delta':>5} " + " ".join(f"{r:>12}" for r in rules))
-    for noise in ("normal", "t3"):
-        for delta in (2.0, 3.0):
-            rng = np.random.default_rng([11, 5, int(delta), noise == "t3"])
-            mu = np.zeros(11)
-            mu[-1] = delta
-            x = studies(rng, count, 5, mu, np.ones(11), noise)
-            cells = [fmt(float(np.mean(~decide(x, r)[:, -1])), count) for r in rules]
-            print(f"{noise:>6} {delta:>5g} " + " ".join(f"{c:>12}" for c in cells), flush=True)
+    print(f"\nPower: one map delta noise sd worse than 10 tied maps (k 11, equal noise), {count} studies")
+    print(f"{'n':>3} {'noise':>6} {'delta':>5} " + " ".join(f"{r:>12}" for r in rules))
+    for n in (5, 4, 3):
+        for noise in ("normal", "t3"):
+            for delta in (2.0, 3.0):
+                rng = np.random.default_rng([11, n, int(delta), noise == "t3"])
+                mu = np.zeros(11)
+                mu[-1] = delta
+                x = studies(rng, count, n, mu, np.ones(11), noise)
+                cells = [fmt(float(np.mean(~decide(x, r)[:, -1])), count) for r in rules]
+                print(f"{n:>3} {noise:>6} {delta:>5g} " + " ".join(f"{c:>12}" for c in cells), flush=True)
 
 
 def mde_table(count: int) -> None:

@@ -137,6 +137,23 @@ def srange_critical(k: int, dof, alpha: float = 0.05) -> np.ndarray:
     return np.exp(np.interp(1.0 / dof, x[::-1], grid[::-1]))
 
 
+def sidak_t_critical(m, dof, alpha: float = 0.05) -> np.ndarray:
+    """Šidák's two-sided t critical value for ``m`` comparisons: the 1 - a/2 quantile of t
+    on ``dof`` degrees of freedom, a = 1 - (1 - alpha)^(1/m) (arrays broadcast; dof need not
+    be whole). Dunnett's T3 compares each pair against it at the pair's Welch dof."""
+    m = np.maximum(np.asarray(m, dtype=float), 1.0)
+    a = -np.expm1(np.log1p(-alpha) / m)
+    return stats.t.ppf(1 - a / 2, np.maximum(np.asarray(dof, dtype=float), 1.0))
+
+
+def sidak_t_sf(stat, m, dof) -> np.ndarray:
+    """The p-value matching :func:`sidak_t_critical`: 1 - (1 - p)^m, p the two-sided t
+    p-value of ``stat`` on ``dof`` (so it is at most alpha exactly when stat exceeds the
+    critical value)."""
+    p = 2 * stats.t.sf(np.abs(np.asarray(stat, dtype=float)), np.maximum(np.asarray(dof, dtype=float), 1.0))
+    return -np.expm1(np.maximum(np.asarray(m, dtype=float), 1.0) * np.log1p(-np.minimum(p, 1.0)))
+
+
 # --------------------------------------------------------------------------- variance prior
 
 

@@ -64,7 +64,9 @@ class Rule:
     (racing and the report then use that family). ``max_seeds``: how far
     :func:`~searchmaps.topgroup.power.seeds_needed` searches by default. ``few_seeds``:
     ``(n, text)`` where the calibration benchmark measured the rule erring beyond alpha
-    with at most n shared seeds when noise differs by map; the report then says ``text``."""
+    with at most n shared seeds when noise differs by map; the report then says ``text``
+    (``moderated`` had one at 3 seeds, "up to 7 %", until it judged pairs sharing at most 4
+    seeds by Dunnett's T3 on 2026-12-04; no registered rule has one now)."""
 
     name: str = ""
     label: str = ""
