@@ -108,10 +108,9 @@ def test_a_registered_objective_reaches_summary_csv_and_the_pareto_figure(depth_
         assert summary.loc[cand, "depth_x_loss_mean"] == pytest.approx(np.mean([applied * math.log(p) for p in ppls]))
     # the front on means over the study's objectives, and no front "the seeds separate" along a per-seed x
     done = summary[summary["n_seeds"] > 0]
-    front = {c for c in done.index if not any(
-        (done.loc[o, "mean"] <= done.loc[c, "mean"]) and (done.loc[o, "depth_x_loss_mean"] <= done.loc[c, "depth_x_loss_mean"])
-        and (done.loc[o, "mean"] < done.loc[c, "mean"] or done.loc[o, "depth_x_loss_mean"] < done.loc[c, "depth_x_loss_mean"])
-        for o in done.index)}
+    point = {c: (done.loc[c, "mean"], done.loc[c, "depth_x_loss_mean"]) for c in done.index}
+    front = {c for c, p in point.items()
+             if not any(q[0] <= p[0] and q[1] <= p[1] and q != p for q in point.values())}
     assert set(summary.index[summary["pareto_optimal"]]) == front and 1 < len(front) < len(done)
     assert "pareto_separated" not in summary.columns
 
@@ -133,7 +132,8 @@ def test_a_study_json_without_objectives_reports_as_before(tmp_path):
     named = write_report(folder)
     assert (tmp_path / "a" / "summary.csv").read_text() == (folder / "summary.csv").read_text()
     assert plain.pareto_figure.to_json().replace('"a:', '"b:') == named.pareto_figure.to_json()
-    assert "pareto_separated" in plain.summary and "forward FLOPs per token" in plain.pareto_figure.layout.xaxis.title.text
+    assert "pareto_separated" in plain.summary
+    assert "forward FLOPs per token" in plain.pareto_figure.layout.xaxis.title.text
 
 
 def test_a_study_json_naming_an_unknown_or_unreadable_objective_is_one_line(tmp_path, depth_x_loss):

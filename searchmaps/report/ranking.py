@@ -112,7 +112,8 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                         "Validation loss during training, one panel per map in ranking order (★: the top group), "
                         "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
                         "baseline's (dotted grey) to read the gap against. Axes are shared."))
-    return Section(sentences=said, figures=figures, top_tables=[("Ranking", ranking_table(summary, second_name, objectives))],
+    table = ranking_table(summary, second_name, objectives)
+    return Section(sentences=said, figures=figures, top_tables=[("Ranking", table)],
                    files={"summary.csv": summary.to_csv(index=False)})
 
 
