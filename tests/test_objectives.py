@@ -178,6 +178,14 @@ def test_a_search_tells_optuna_the_chosen_objectives_with_their_directions(ray_c
     assert info["objectives"] == ["val_loss", "train_flops_per_token", "tokens_per_param"]
     summary = pd.read_csv(results / "o" / "summary.csv", dtype={"map": str})
     assert {"val_loss_mean", "train_flops_per_token", "tokens_per_param"} <= set(summary.columns)
+    # the figure attached for optuna-dashboard is the report's, on the chosen objectives
+    from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
+
+    from searchmaps.study import GRAPH_ID
+
+    attached = json.loads(get_plotly_graph_objects(study._storage.get_study_system_attrs(study._study_id))[GRAPH_ID])
+    assert "training FLOPs per token" in attached["layout"]["xaxis"]["title"]["text"]
+    assert "validation loss" in attached["layout"]["yaxis"]["title"]["text"]
     # the same study resumed with other objectives is refused, one line naming the setting
     assert main([*argv[:-1], "val_loss,train_flops_per_token"]) == 2
     assert json.loads((results / "o" / "study.json").read_text())["objectives"] == info["objectives"]
