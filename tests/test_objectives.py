@@ -47,7 +47,7 @@ def test_every_objective_is_declared_whole_and_its_direction_is_optunas():
         assert o.direction in (objs.MINIMIZE, objs.MAXIMIZE) and o.sign == (1 if o.direction == objs.MINIMIZE else -1)
     names = list(objs.OBJECTIVES)
     study = optuna.create_study(directions=[objs.get(n).optuna_direction for n in names])
-    assert study.directions == [optuna.study.StudyDirection.MINIMIZE] * len(names)  # every built-in is a cost or loss
+    assert study.directions == [optuna.study.StudyDirection[objs.get(n).direction.upper()] for n in names]
     study = optuna.create_study(directions=[objs.MINIMIZE, objs.MAXIMIZE])
     assert study.directions == [optuna.study.StudyDirection.MINIMIZE, optuna.study.StudyDirection.MAXIMIZE]
     with pytest.raises(ValueError, match="direction"):
