@@ -15,6 +15,8 @@ from pathlib import Path
 from .config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, INITS, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES,
                      ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec)
 from .device import resolve_device
+from .objectives import DEFAULT as DEFAULT_OBJECTIVES
+from .objectives import OBJECTIVES
 from .plan import SearchPlan, check_study_name
 from .presets import PRESETS, get_preset
 from .samplers import AUTO, SAMPLER_CHOICES
@@ -276,6 +278,9 @@ def build_search_parser() -> Parser:
     p.add_argument("--trials", type=int, default=None,
                    help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
     p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler (random/tpe/nsga2)")
+    p.add_argument("--objectives", default=",".join(DEFAULT_OBJECTIVES), metavar="A,B[,C]",
+                   help=f"what Optuna is told and the report's Pareto front plots, two or three of "
+                        f"{', '.join(OBJECTIVES)} (default {','.join(DEFAULT_OBJECTIVES)})")
     p.add_argument("--racing", action="store_true",
                    help="start every candidate with --race-start-seeds seeds; after each round drop those the "
                         "top-group rule leaves out; survivors get one more seed, up to --seeds, until one is left")
@@ -377,7 +382,7 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
                   lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
                   maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())),
-                  preset=args.preset or "")
+                  preset=args.preset or "", objectives=args.objectives)
     plan = SearchPlan(**common)  # checks every setting before the data is read
     study = args.study or default_study_name(plan)
     check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")

@@ -17,6 +17,8 @@ from . import flops
 from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigError, ReuseMap, TrialSpec,
                      folder_name_problem, parse_planned)
 from .encodings import ENCODINGS
+from .objectives import DEFAULT as DEFAULT_OBJECTIVES
+from .objectives import parse as parse_objectives
 from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
 from .schedule import make_ladder, plan_steps, with_horizon
@@ -84,6 +86,7 @@ class SearchPlan:
     tuning_seeds: int = 2
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
     preset: str = ""  # the named recipe (--preset, searchmaps.presets) the space's config was overridden with
+    objectives: tuple[str, ...] = DEFAULT_OBJECTIVES  # what Optuna is told, in order (searchmaps.objectives)
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -131,6 +134,11 @@ class SearchPlan:
             set_("sampler", "grid")
         if self.sampler == AUTO:
             set_("sampler", resolve_auto(self.n_feasible * len(pes)))
+        set_("objectives", parse_objectives(self.objectives))
+        counts = SAMPLERS[self.sampler].objective_counts
+        if len(self.objectives) not in counts:
+            raise ConfigError(f"--objectives: --sampler {self.sampler} takes {' or '.join(map(str, counts))} "
+                              f"objectives, got {len(self.objectives)}")
         if not 0 < self.alpha < 1:
             raise ConfigError(f"--alpha must be between 0 and 1, got {self.alpha}")
         if self.racing:
@@ -304,6 +312,7 @@ class SearchPlan:
             "maps": [str(m) for m in self.maps],
             "lr_grid": list(self.lr_grid),
             "tuning_seeds": self.tuning_seeds if self.lr_grid else 0,
+            "objectives": list(self.objectives),
         }
 
     def storage_for_files(self) -> str:

@@ -18,6 +18,7 @@ from typing import Callable
 import numpy as np
 
 from .config import Candidate
+from .objectives import COUNTS
 from .spaces import feasible_maps, sample_feasible
 
 AUTO = "auto"  # --sampler auto: grid when at most GRID_AUTO_LIMIT candidates fit the budget, else random
@@ -28,7 +29,8 @@ DEFAULT_TRIALS = 32  # candidates a random or optimiser search trains unless --t
 @dataclass(frozen=True)
 class Sampler:
     """``optuna(samplers, seed)``: the study's Optuna sampler, given ``optuna.samplers``
-    and ``--search-seed``. ``candidates(plan)``: the fixed list the search walks, in order
+    and ``--search-seed``. ``objective_counts``: how many ``--objectives`` it takes (a fixed
+    list tells Optuna them too, for the dashboard's front). ``candidates(plan)``: the fixed list the search walks, in order
     (a tuple of :class:`~searchmaps.config.Candidate`); None for an optimiser, whose
     candidates the study asks its Optuna sampler for one by one."""
 
@@ -36,6 +38,7 @@ class Sampler:
     description: str
     optuna: Callable
     candidates: Callable | None = None
+    objective_counts: tuple[int, ...] = COUNTS  # how many --objectives it takes
 
     @property
     def fixed(self) -> bool:
@@ -77,8 +80,8 @@ def _nsga2(samplers, seed: int):
 SAMPLERS: dict[str, Sampler] = {s.name: s for s in (
     Sampler("grid", "every feasible candidate, in order", _proposes_nothing, grid_candidates),
     Sampler("random", "a uniform sample of the feasible maps", _proposes_nothing, random_candidates),
-    Sampler("tpe", "Optuna's multivariate TPE on both objectives", _tpe),
-    Sampler("nsga2", "Optuna's NSGA-II on both objectives", _nsga2),
+    Sampler("tpe", "Optuna's multivariate TPE on the study's objectives", _tpe),
+    Sampler("nsga2", "Optuna's NSGA-II on the study's objectives", _nsga2),
 )}
 SAMPLER_CHOICES: tuple[str, ...] = (AUTO, *SAMPLERS)  # what --sampler takes
 

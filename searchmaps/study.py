@@ -1,6 +1,6 @@
-"""The Optuna study: one trial per candidate (reuse map + PE), told two objectives,
-mean validation perplexity and forward FLOPs per token (both minimised), so the study
-holds a Pareto front that ``optuna-dashboard`` shows live.
+"""The Optuna study: one trial per candidate (reuse map + PE), told the plan's objectives
+(:mod:`searchmaps.objectives`; by default mean validation perplexity and forward FLOPs per
+token, both minimised), so the study holds a Pareto front that ``optuna-dashboard`` shows live.
 
 Here: open or create the study (several drivers may do so at the same instant), turn an
 optimiser's proposals into candidates of the space, open one RUNNING trial per candidate
@@ -26,6 +26,7 @@ from optuna.trial import TrialState
 from . import faults
 from .config import Candidate, ConfigError, ReuseMap
 from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
+from .objectives import DEFAULT, OBJECTIVES
 from .plan import SearchPlan, resolve_storage
 from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
@@ -34,7 +35,6 @@ from .scheduler import Finished, RungDone, Tuned
 # so that only this module names Optuna's exceptions
 STORAGE_ERRORS = (sa.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError, OSError)
 
-OBJECTIVES = ("val_ppl", "flops_per_token")
 ORPHAN_GRACE_S = 30.0  # a RUNNING trial no candidate names is left alone this long (its driver may be registering it)
 MAX_REJECTS = 200  # optimiser proposals in a row that are duplicates or over the budget before giving up
 GRAPH_ID = "searchmaps-pareto"  # fixed, so a new report replaces the figure in the dashboard
@@ -151,9 +151,11 @@ class SearchStudy:
     def __init__(self, plan: SearchPlan, ledger: Ledger, storage: optuna.storages.RDBStorage | None = None):
         self.plan = plan
         self.ledger = ledger
+        self.objectives = tuple(OBJECTIVES[n] for n in plan.objectives)
+        self.directions = [o.optuna_direction for o in self.objectives]
         self.storage = storage or make_storage(plan.storage_url)
         self.study = _retry(lambda: optuna.create_study(
-            study_name=plan.study, storage=self.storage, directions=["minimize", "minimize"],
+            study_name=plan.study, storage=self.storage, directions=self.directions,
             sampler=make_sampler(plan), load_if_exists=True))
         self.study_id = self.storage.get_study_id_from_name(plan.study)
         self._dists = distributions(plan)
@@ -165,11 +167,12 @@ class SearchStudy:
         if old is None:
             with warnings.catch_warnings():
                 # set_metric_names is flagged experimental since Optuna 3.2; it is how the dashboard names
-                # the two objectives, and its storage format has not changed since
+                # the objectives, and its storage format has not changed since
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                _retry(lambda: self.study.set_metric_names(list(OBJECTIVES)))
+                _retry(lambda: self.study.set_metric_names(list(self.plan.objectives)))
             _retry(lambda: self.study.set_user_attr("protocol", protocol))
             return
+        old = {"objectives": list(DEFAULT), **old}  # a study from before --objectives told today's default
         diff = sorted(k for k in protocol if k in old and old[k] != protocol[k])
         if diff:
             raise ConfigError(f"--study {self.plan.study} already exists with other settings ({', '.join(diff)}); "
@@ -343,8 +346,8 @@ class SearchStudy:
         elif event.stopped:  # promotion stopped it at an earlier horizon: its last value is not comparable
             _retry(lambda: self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True))
         else:
-            _retry(lambda: self.study.tell(number, [attrs["val_ppl_mean"], float(first.flops_per_token)],
-                                           skip_if_finished=True))
+            values = [o.value(rows) for o in self.objectives]
+            _retry(lambda: self.study.tell(number, values, skip_if_finished=True))
         faults.point("optuna-told")
         self.ledger.end_tell(label, number)
         return True

@@ -14,17 +14,22 @@ import numpy as np
 import pandas as pd
 
 from .. import stats, topgroup
-from .figures import curves_figure, pareto_figure, significance_figure
+from .. import objectives as objs
+from .figures import curves_figure, pareto_axes, pareto_figure, significance_figure
 from .section import Section, code, html_table
 from .sentences import family_label, fmt_mean_ci, noise_sentence, p_eq, readmitted_sentence, result_sentences
 from .summary import METRIC, curve_table, first_errors
 
 
-def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
+def ranking_table(summary: pd.DataFrame, second_name: str, objectives=()) -> str:
     """One row per candidate of ``summary`` (:func:`~searchmaps.report.summary.build_summary`),
-    best first, the top group highlighted, as HTML."""
+    best first, the top group highlighted, as HTML; a column for each of the study's
+    ``objectives`` the table does not show anyway, before the top group."""
+    shown = {"mean", "flops_per_token", "kv_bytes_per_token"}
+    extra = [o for o in objectives if o.column not in shown and o.column in summary]
     head = ["#", "candidate", "FLOPs/token", "KV bytes/token", "seeds", "val ppl (mean ± 95 % CI)",
-            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", "top group", "Pareto front"]
+            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", *(o.short for o in extra), "top group",
+            "Pareto front"]
 
     def delta(d, p, p2):
         if not np.isfinite(d):
@@ -46,17 +51,20 @@ def ranking_table(summary: pd.DataFrame, second_name: str) -> str:
                      fmt_mean_ci(r["mean"], r["ci_low"], r["ci_high"]) if r["n_seeds"] else "failed",
                      delta(r["diff_to_best"], r["p_vs_best"], r[f"p_vs_best_{second_name}"]),
                      delta(r["diff_to_reference"], r["p_vs_reference"], r[f"p_vs_reference_{second_name}"]),
-                     "★" if r["in_top_group"] else "", front(r)])
+                     *(o.format(float(r[o.column])) for o in extra), "★" if r["in_top_group"] else "", front(r)])
         classes.append("top" if r["in_top_group"] else "")
     return html_table(head, rows, classes)
 
 
 def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
             alpha: float, rule: str, info: dict, title: str) -> Section:
-    """The ranking section of ``summary`` (complete: with ``pareto_separated`` and, for a
-    tuned study, ``lr``), which it also gives as ``summary.csv``. ``runs`` are the last
-    horizon's rows, ``ok`` the ones the statistics use, ``res`` their
-    :func:`searchmaps.topgroup.analyze`."""
+    """The ranking section of ``summary`` (complete: with ``pareto_separated`` where the
+    study's objectives have a front the seeds separate and, for a tuned study, ``lr``),
+    which it also gives as ``summary.csv``. ``runs`` are the last horizon's rows, ``ok``
+    the ones the statistics use, ``res`` their :func:`searchmaps.topgroup.analyze`; the
+    Pareto figures plot the study's objectives (study.json's, :mod:`searchmaps.objectives`),
+    the first against each other one; ``title`` is the first figure's."""
+    objectives = objs.of_study(info)
     several = ok["candidate"].nunique() > 1
     detail = res["rule_detail"]
     said = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
@@ -64,8 +72,24 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: di
     noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
     said += [s for s in (noise, readmitted) if s]
-    pareto = pareto_figure(summary, info.get("budget_flops"), res["reference"], title, alpha)
-    figures = [("Pareto front", pareto,
+    figures = []
+    for i, (y, x) in enumerate(pareto_axes(objectives)):
+        fig = pareto_figure(summary, info.get("budget_flops"), res["reference"],
+                            title if i == 0 else f"{title.split(':')[0]}: {y.label} vs {x.label}", alpha, y=y, x=x)
+        if (y.name, x.name) != objs.DEFAULT or "pareto_separated" not in summary:
+            better = "lower" if y.sign > 0 else "higher (drawn upside down)"
+            figures.append(("Pareto front" if i == 0 else f"Pareto front: {y.short} vs {x.short}", fig,
+                            f"y: {y.label} ({y.unit}), {better} is better; x: maps grouped by {x.label} ({x.unit}), "
+                            f"best group left, each band headed by its value, best first within it. Red stars: the "
+                            f"top group (not significantly worse than the best in validation loss). Blue rings on the "
+                            f"dotted step line: the Pareto front of these two objectives"
+                            + (" as far as the seeds can tell (corrected p ≤ "
+                               f"{alpha:g} in {family_label(res)})" if "pareto_separated" in summary
+                               else " on means (the seeds' tests speak for validation loss only)")
+                            + "; summary.csv's pareto_optimal column is the front over all the study's objectives "
+                              f"({', '.join(o.name for o in objectives)}). Hover for exact values."))
+            continue
+        figures.append(("Pareto front", fig,
                 "Lower and further left is better. Maps with equal FLOPs share a shaded band headed by their "
                 "FLOPs/token, best first; bands run from cheapest to dearest (evenly spaced, not to scale). Red "
                 "stars: the top group (not significantly worse than the best). Blue rings on the dotted step line: "
@@ -75,7 +99,7 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                 "not called optimal (the front on means alone is the pareto_optimal column of summary.csv). Dashed "
                 "line: the FLOP budget. Error bars are each "
                 "candidate's own CI; the tests are paired on seed, so differences can be significant where bars "
-                "overlap. Hover for exact FLOPs, seeds and p-values.")]
+                "overlap. Hover for exact FLOPs, seeds and p-values."))
     order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
     if several:
         figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
@@ -88,7 +112,8 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                         "Validation loss during training, one panel per map in ranking order (★: the top group), "
                         "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
                         "baseline's (dotted grey) to read the gap against. Axes are shared."))
-    return Section(sentences=said, figures=figures, top_tables=[("Ranking", ranking_table(summary, second_name))],
+    table = ranking_table(summary, second_name, objectives)
+    return Section(sentences=said, figures=figures, top_tables=[("Ranking", table)],
                    files={"summary.csv": summary.to_csv(index=False)})
 
 

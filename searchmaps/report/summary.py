@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from .. import objectives as objs
 from .. import stats
 from ..config import Candidate, ConfigError, parse_planned, resolve_candidate
 from ..plan import read_study_json
@@ -113,12 +114,23 @@ def resolve_planned(specs, ok: pd.DataFrame, cands: dict[str, Candidate]) -> lis
 def pareto_optimal(x, y) -> np.ndarray:
     """True where no other point is at least as good in both x and y and better in one
     (both minimised). Identical points do not dominate each other; NaN is never optimal."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    good = np.isfinite(x) & np.isfinite(y)
-    out = good.copy()
-    for i in np.flatnonzero(good):
-        dominated = good & (x <= x[i]) & (y <= y[i]) & ((x < x[i]) | (y < y[i]))
-        out[i] = not dominated.any()
+    return objs.pareto_optimal(x, y)
+
+
+def objective_frame(frame: pd.DataFrame, objectives) -> pd.DataFrame:
+    """``frame`` (rows of :func:`~searchmaps.results.records_frame`) with a column per
+    objective it lacks, each row's value read by the objective itself."""
+    missing = [o for o in objectives if o.name not in frame.columns]
+    if not missing:
+        return frame
+    out = frame.copy()
+    rows = list(frame.itertuples(index=False))
+    for o in missing:
+        try:
+            out[o.name] = [float(o.read(r)) for r in rows]
+        except (AttributeError, KeyError, TypeError, ValueError) as exc:
+            raise ReportError(f"study.json: objectives: {o.name} cannot be read from runs.csv's rows "
+                              f"({type(exc).__name__}: {str(exc)[:80]})") from None
     return out
 
 
@@ -128,20 +140,26 @@ def _paired_diff(mat: pd.DataFrame, a: str, b: str) -> float:
     return float(d.mean()) if len(d) else float("nan")
 
 
-SUMMARY_COLUMNS = ["candidate", "map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers", "n_seeds",
+COSTS = ("flops_per_token", "kv_bytes_per_token", "applied_layers")  # objectives every summary shows
+SUMMARY_COLUMNS = ["candidate", "map", "pe", *(objs.get(n).column for n in COSTS), "n_seeds",
                    "mean", "std", "sem", "ci_low", "ci_high", "val_loss_mean", "diff_to_best", "p_vs_best",
                    "p_vs_best_{second}", "diff_to_reference", "p_vs_reference", "p_vs_reference_{second}",
                    "in_top_group", "pareto_optimal", "n_failed"]
 
 
 def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.DataFrame | None,
-                  second_name: str) -> pd.DataFrame:
-    """One row per candidate (:data:`SUMMARY_COLUMNS`), best first; candidates without a
+                  second_name: str, objectives=None) -> pd.DataFrame:
+    """One row per candidate (:data:`SUMMARY_COLUMNS`, then the column of each of the
+    study's ``objectives`` not among them: :mod:`searchmaps.objectives`, default its
+    ``DEFAULT``), best first; ``pareto_optimal`` is the front on means over those
+    objectives. Candidates without a
     successful run come last with NaN statistics. ``res`` is
     :func:`searchmaps.stats.analyze` of ``ok`` on :data:`METRIC`; ``second`` the pairwise
     corrected p matrix of the second-opinion test ``second_name``. ``mean``, ``std``,
     ``sem`` and the CI are perplexity (:data:`DISPLAY`); ``diff_to_*`` and the p-values are
     on the tested scale, validation loss in nats."""
+    objectives = tuple(objectives or objs.of_study({}))
+    runs, ok = objective_frame(runs, objectives), objective_frame(ok, objectives)
     order = list(res["summary"]["candidate"])  # best first on the tested scale
     s = stats.summarize(ok, DISPLAY).set_index("candidate").loc[order].reset_index()
     mat = stats.to_matrix(ok, METRIC)
@@ -159,14 +177,18 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
         s = pd.concat([s, pd.DataFrame({"candidate": failed_only, "n_seeds": 0, "in_top_group": False})],
                       ignore_index=True)
     first = runs.groupby("candidate").first()
-    for col in ("map", "pe", "flops_per_token", "kv_bytes_per_token", "applied_layers"):
+    for col in ("map", "pe"):
         s[col] = s["candidate"].map(first[col])
+    columns = [c.format(second=second_name) for c in SUMMARY_COLUMNS]
+    extra = [o for o in objectives if o.column not in columns]
+    for o in [*(objs.get(n) for n in COSTS), *extra]:
+        s[o.column] = s["candidate"].map(ok.groupby("candidate")[o.name].mean() if o.per_seed else first[o.name])
     s["kv_bytes_per_token"] = s["kv_bytes_per_token"].where(s["kv_bytes_per_token"] > 0)  # 0: not recorded
-    s["pareto_optimal"] = pareto_optimal(s["flops_per_token"], s["mean"])
+    s["pareto_optimal"] = objs.pareto_optimal(*(o.sign * s[o.column] for o in objectives))
     failed = runs[runs["status"] == "failed"].drop_duplicates(["candidate", "seed"])
     s["n_failed"] = s["candidate"].map(failed.groupby("candidate").size()).fillna(0).astype(int)
     s["n_seeds"] = s["n_seeds"].astype(int)
-    return s[[c.format(second=second_name) for c in SUMMARY_COLUMNS]]
+    return s[columns + [o.column for o in extra]]
 
 
 def with_all_pairs(planned: pd.DataFrame, pairwise: pd.DataFrame, alpha: float) -> pd.DataFrame:

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from .. import objectives as objs
 from .. import stats, topgroup
+from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
 from . import horizons, ranking, supernet, tuning
 from . import planned as planned_section
-from .figures import separated_front
+from .figures import separable, separated_front
 from .page import render_page
 from .section import Section
 from .sentences import cannot_reject_sentence, protocol_sentences
@@ -105,11 +107,18 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     second_name = "signflip" if method == "ttest" else "ttest"
     several = ok["candidate"].nunique() > 1
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
-    summary = build_summary(runs, ok, res, second, second_name)
+    try:
+        objectives = objs.of_study(info)
+    except ConfigError as exc:
+        raise ReportError(str(exc)) from None
+    summary = build_summary(runs, ok, res, second, second_name, objectives)
     detail = res["rule_detail"]
     summary["rule_gap"] = summary["candidate"].map(detail.gap)
     summary["rule_allowance"] = summary["candidate"].map(detail.allowance)
-    summary["pareto_separated"] = separated_front(summary, res["pairwise"] if several else None, alpha)
+    axes = separable(objectives)
+    if axes is not None:  # a front of a tested quality against a cost: the seeds decide its steps
+        summary["pareto_separated"] = separated_front(summary, res["pairwise"] if several else None, alpha,
+                                                      axes[1].column)
     frame = records_frame(records)
     tuned = tuning.tuning_table(frame)
     if tuned is not None:
@@ -126,7 +135,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
 
     name = info.get("study") or study_dir.name
     main = ranking.section(summary, runs, ok, res, second_name, alpha, rule, info,
-                           f"{name}: validation perplexity vs forward FLOPs per token")
+                           f"{name}: {objectives[0].label} vs {objectives[1].label}")
     sections = [main]
     if planned_df is not None:
         sections.append(planned_section.section(planned_df, res, second_name))
