@@ -64,7 +64,8 @@ def main() -> int:
         lead = (f"  lead {r['lead_before']:+.3f} -> {r['lead_after']:+.3f} nats"
                 if "lead_before" in r and pd.notna(r["lead_before"]) else "")
         print(f"{r['before']} -> {r['after']} at {r['horizon']:.3g} tokens: tau {r['tau_before']:+.2f} -> "
-              f"{r['tau_after']:+.2f}, shift {r['shift']:+.2f} [{r['shift_low']:+.2f}, {r['shift_high']:+.2f}]"
+              f"{r['tau_after']:+.2f}, shift {r['shift']:+.2f} [{r['shift_low']:+.2f}, {r['shift_high']:+.2f}; "
+              f"seeds alone {r['shift_low_seeds']:+.2f}, {r['shift_high_seeds']:+.2f}]"
               f" ({int(r['n_candidates'])} maps){lead}")
     if args.out:
         table.to_csv(args.out, index=False)

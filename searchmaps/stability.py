@@ -224,7 +224,8 @@ def agreement_shift(before: pd.DataFrame, after: pd.DataFrame, reference: dict[s
     against ``reference`` (over the candidates complete in both and published), their
     difference ``shift`` = tau_after - tau_before with a ``level`` bootstrap interval (each
     study's seeds resampled on their own, the same N(0, ``reference_sd``) noise added to the
-    published values in both, since both meet the same table), and, when ``baseline`` names
+    published values in both, since both meet the same table; ``shift_low_seeds``/``_high_seeds``:
+    the seeds' part alone, the table taken as exact), and, when ``baseline`` names
     a candidate, each study's ``lead`` of that candidate in ``metric``: the best other mean
     minus the baseline's (positive: the baseline is ahead) with its interval."""
     va, ca, _, ha, _ = _cube(before, metric)
@@ -251,10 +252,14 @@ def agreement_shift(before: pd.DataFrame, after: pd.DataFrame, reference: dict[s
             np.zeros((n_boot, len(names)))
         draws = np.array([_tau_rho(b[j].mean(axis=0), theirs + e)[0] - _tau_rho(a[i].mean(axis=0), theirs + e)[0]
                           for i, j, e in zip(ia, ib, noise)])
+        seeds_only = np.array([_tau_rho(b[j].mean(axis=0), theirs)[0] - _tau_rho(a[i].mean(axis=0), theirs)[0]
+                               for i, j in zip(ia, ib)])
         lo, hi = _interval(draws, level)
+        slo, shi = _interval(seeds_only, level)
         row = {"horizon": float(horizon), "n_candidates": len(names), "n_seeds_before": int(a.shape[0]),
                "n_seeds_after": int(b.shape[0]), "tau_before": tau_a, "tau_after": tau_b,
-               "shift": tau_b - tau_a, "shift_low": lo, "shift_high": hi}
+               "shift": tau_b - tau_a, "shift_low": lo, "shift_high": hi, "shift_low_seeds": slo,
+               "shift_high_seeds": shi}
         if baseline is not None and baseline in names:
             j = names.index(baseline)
             for tag, block, idx in (("before", a, ia), ("after", b, ib)):

@@ -141,10 +141,12 @@ def test_the_shift_between_two_protocols_by_hand():
     assert out.loc[0, "tau_before"] == pytest.approx(-1) and out.loc[0, "tau_after"] == pytest.approx(1)
     assert out.loc[0, "shift"] == pytest.approx(2)
     assert out.loc[0, "shift_low"] == pytest.approx(2) and out.loc[0, "shift_high"] == pytest.approx(2)
+    assert out.loc[0, "shift_low_seeds"] == pytest.approx(2) and out.loc[0, "shift_high_seeds"] == pytest.approx(2)
     assert out.loc[0, "lead_before"] == pytest.approx(0.1) and out.loc[0, "lead_after"] == pytest.approx(-0.2)
     # the published table's own noise opens the interval around the same shift
     noisy = agreement_shift(before, after, published, baseline="a", n_boot=300, reference_sd=1.0).iloc[0]
     assert noisy["shift"] == pytest.approx(2) and noisy["shift_low"] < 2
+    assert noisy["shift_low_seeds"] == pytest.approx(2)  # the seeds alone never reorder these maps
 
 
 def test_a_proxy_checked_against_stand_alone_training_by_hand():
