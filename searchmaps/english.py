@@ -20,7 +20,6 @@ dropped. Splitting, caching and the fingerprint are :mod:`searchmaps.data`'s.
 
 from __future__ import annotations
 
-import base64
 import gzip
 import hashlib
 import html.entities
