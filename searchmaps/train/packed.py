@@ -158,13 +158,13 @@ class PackedTraining:
         self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
         self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
         if t.compile:  # one graph for the whole packed step's forward: the map is unrolled in it
-            import torch._dynamo
+            import torch._dynamo as dynamo  # `as`: a bare `import torch._dynamo` would make torch local here
 
             # every vmap call shares functorch's one `wrapped` frame, so training and validation, grad
             # modes, micro-batches and the last validation batch's shape all count against one frame's
             # recompile limit (8 by default); past it torch runs that frame eager, silently (seen on an
             # H200 at context 1,024): allow what one worker can meet, as compile_layers does
-            torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+            dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
             self._train_losses = torch.compile(self._train_losses, dynamic=False)
             self._val_losses = torch.compile(self._val_losses, dynamic=False)
 
