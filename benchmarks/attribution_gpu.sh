@@ -21,28 +21,13 @@
 # then each arm at lr 3e-3 and 3e-4 (3 seeds): one rate on either side of 1e-3.
 # The whole command ends within BUDGET seconds (default 540); a rerun resumes.
 set -uo pipefail
-OUT=${1:?usage: attribution_gpu.sh OUT [STUDY_DIR] [--tiny]}
-STUDY_DIR=${2:-/tmp/attr}
-TINY=${3:-}
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p "$OUT" "$STUDY_DIR"
-exec > >(tee -a "$OUT/attribution_gpu.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+source "$(dirname "$0")/gpu_common.sh"
+gpu_begin attribution_gpu.log /tmp/attr "$@"
 
 STDLIB=/tmp/stdlib311
 EN=$PWD/.carry/english-bpe1024
-[ -f .carry/stdlib311.npz ] || { echo "missing .carry/stdlib311.npz"; exit 2; }
 [ -f "$EN/train.bin" ] || { echo "missing $EN/train.bin"; exit 2; }
-$PY - <<'PY'
-import json, numpy as np, pathlib
-d = np.load(".carry/stdlib311.npz"); out = pathlib.Path("/tmp/stdlib311"); out.mkdir(exist_ok=True)
-for split in ("train", "val"):
-    d[split].astype(np.uint16).tofile(out / f"{split}.bin")
-(out / "meta.json").write_text(json.dumps({"vocab_size": 256}))
-print("data: the committed stdlib bytes,", {k: len(d[k]) for k in ("train", "val")})
-PY
+stdlib311_bin || exit 2
 
 if [ "$TINY" = "--tiny" ]; then
   LADDER=${LADDER:-4096,8192}; SIZE=(--tiny --device cpu --parallel 2 --compile off); C_BATCH=1

@@ -12,15 +12,8 @@
 # seconds (default 560: a 10-minute command with room to pack up); the study gets what
 # the checks leave, at most SCALE_DEADLINE seconds. SKIP_CHECKS=1 goes straight to the study.
 set -uo pipefail
-OUT=${1:?usage: gpu_check.sh OUT [STUDY_DIR] [--tiny]}
-STUDY_DIR=${2:-/tmp/scale}
-TINY=${3:-}
-PY=${PYTHON:-python3}
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-mkdir -p "$OUT" "$STUDY_DIR"
-exec > >(tee -a "$OUT/gpu_check.log") 2>&1
-t0=$(date +%s)
-stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+source "$(dirname "$0")/gpu_common.sh"
+gpu_begin gpu_check.log /tmp/scale "$@"
 
 if [ "$TINY" = "--tiny" ]; then
   DEVICE=cpu; TEST_ARGS=(tests/test_packed.py -k "match_their or cuda"); BENCH=(--sizes 1,2 --seconds 0.5)
@@ -30,19 +23,10 @@ else
   STUDY=(--device cuda --parallel 11); DEADLINE=${SCALE_DEADLINE:-900}
 fi
 
-# the committed studies' corpus is Python 3.11's standard library; a machine with another
-# Python builds another: bring the same bytes as .carry/stdlib311.npz (uint8 train, val)
 DATA=stdlib
 if [ -f .carry/stdlib311.npz ]; then
   DATA=/tmp/stdlib311
-  $PY - <<'PY'
-import json, numpy as np, pathlib
-d = np.load(".carry/stdlib311.npz"); out = pathlib.Path("/tmp/stdlib311"); out.mkdir(exist_ok=True)
-for split in ("train", "val"):
-    d[split].astype(np.uint16).tofile(out / f"{split}.bin")
-(out / "meta.json").write_text(json.dumps({"vocab_size": 256}))
-print("data: the committed stdlib bytes,", {k: len(d[k]) for k in ("train", "val")})
-PY
+  stdlib311_bin
 fi
 
 COMPILE=off

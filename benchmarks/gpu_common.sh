@@ -1,0 +1,33 @@
+# Shared by the scripts a lent GPU machine runs (gpu_check.sh, attribution_gpu.sh); sourced, not run.
+#   gpu_begin LOG_NAME DEFAULT_STUDY_DIR "$@"   sets OUT, STUDY_DIR, TINY, PY, t0; logs to $OUT/LOG_NAME
+#   stamp TEXT                                  prints the seconds since gpu_begin and TEXT
+#   stdlib311_bin                               the committed stdlib bytes (.carry/stdlib311.npz) as a
+#                                               .bin folder at /tmp/stdlib311; fails without the carry
+gpu_begin() {
+  local log=$1 default_dir=$2
+  shift 2
+  OUT=${1:?usage: $(basename "$0") OUT [STUDY_DIR] [--tiny]}
+  STUDY_DIR=${2:-$default_dir}
+  TINY=${3:-}
+  PY=${PYTHON:-python3}
+  export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+  mkdir -p "$OUT" "$STUDY_DIR"
+  exec > >(tee -a "$OUT/$log") 2>&1
+  t0=$(date +%s)
+}
+
+stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+# the committed studies' corpus is Python 3.11's standard library; a machine with another
+# Python builds another: bring the same bytes as .carry/stdlib311.npz (uint8 train, val)
+stdlib311_bin() {
+  [ -f .carry/stdlib311.npz ] || { echo "missing .carry/stdlib311.npz"; return 2; }
+  $PY - <<'PY'
+import json, numpy as np, pathlib
+d = np.load(".carry/stdlib311.npz"); out = pathlib.Path("/tmp/stdlib311"); out.mkdir(exist_ok=True)
+for split in ("train", "val"):
+    d[split].astype(np.uint16).tofile(out / f"{split}.bin")
+(out / "meta.json").write_text(json.dumps({"vocab_size": 256}))
+print("data: the committed stdlib bytes,", {k: len(d[k]) for k in ("train", "val")})
+PY
+}
