@@ -56,10 +56,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def print_candidates(plan: SearchPlan, out=sys.stdout) -> None:
-    """--dry-run: every candidate with its costs, and the planned comparisons."""
+    """--dry-run: every candidate with its costs (the ``--maps`` given, else every feasible map),
+    and the planned comparisons."""
     print(f"{'map':<20} {'pe':<8} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
     for pe in plan.pes:
-        for m in feasible_maps(plan.space, plan.budget_flops):
+        for m in plan.maps or feasible_maps(plan.space, plan.budget_flops):
             cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe)
             print(f"{str(m):<20} {pe:<8} {m.applied_layers:>7} {flops.flops_per_token(cfg):>13,} "
                   f"{flops.kv_bytes_per_token(cfg):>15,}", file=out)

@@ -379,6 +379,11 @@ def test_dry_run_lists_candidates_with_costs(space_file, ray_env):
     assert len(lines) == 1 + 3
     assert lines[1].split()[:2] == ["1,1", "rope"]
     assert str(f"{tiny_flops('2,1'):,}") in out.stdout
+    # with --maps, exactly those maps (it listed the whole space before)
+    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--maps", "2,1", "--dry-run",
+                  env=ray_env)
+    assert out.returncode == 0, out.stderr
+    assert [line.split()[0] for line in out.stdout.strip().splitlines()[1:]] == ["2,1"]
 
 
 # ---------------------------------------------------------------------------- the plan and the study, no Ray
