@@ -4,6 +4,7 @@ learning rate fitted for the supernet on tuning seeds."""
 
 import copy
 import json
+import math
 from types import SimpleNamespace
 
 import pytest
@@ -195,21 +196,24 @@ def test_the_command_fits_the_rate_on_tuning_seeds_then_distills_and_finetunes_a
     from searchmaps.supernet.__main__ import main
 
     results = tmp_path / "results"
-    argv = supernet_args(space_file, results, "--study", "fit", "--lr-grid", "1e-3,3e-3", "--tuning-seeds", "1",
+    argv = supernet_args(space_file, results, "--study", "fit", "--lr-grid", "1e-3,3e-3,1e3", "--tuning-seeds", "1",
                          "--sampling", "sandwich", "--distill", "--finetune-tokens", "128")
     assert main(argv) == 0
     meta = json.loads((results / "fit" / "supernet.json").read_text())
     losses = {float(k): v for k, v in meta["lr_losses"].items()}
-    assert meta["lr_grid"] == [1e-3, 3e-3] and meta["tuning_seeds"] == [10000]
-    assert meta["lr"] == min(losses, key=losses.get) and meta["key"]["lr_grid"] == [1e-3, 3e-3]
+    assert meta["lr_grid"] == [1e-3, 3e-3, 1e3] and meta["tuning_seeds"] == [10000]
+    assert losses[1e3] == math.inf  # diverged: infinitely bad, recorded, not an error
+    assert "10000" in json.loads((results / "fit" / "supernet_tuning" / "lr1000" / "supernet.json").read_text())["failed"]
+    assert meta["lr"] == min(losses, key=losses.get) != 1e3 and meta["key"]["lr_grid"] == [1e-3, 3e-3, 1e3]
     assert meta["key"]["distill"] is True and meta["key"]["finetune_tokens"] == 128
+    del losses[1e3]
     for lr, loss in losses.items():  # each rate's pick score: the mean over the maps of its tuning supernet
         tuned = pd.read_csv(results / "fit" / "supernet_tuning" / f"lr{lr:g}" / "supernet.csv", dtype={"map": str})
         assert set(tuned["seed"]) == {10000} and loss == pytest.approx(tuned["val_loss"].mean(), rel=1e-12)
         assert (tuned["lr"] == lr).all()
     assert meta["tuning_flops"] > 0
     rows = pd.read_csv(results / "fit" / "supernet.csv", dtype={"map": str, "lr_grid": str})
-    assert set(rows["seed"]) == {0} and (rows["lr"] == meta["lr"]).all() and (rows["lr_grid"] == "0.001,0.003").all()
+    assert set(rows["seed"]) == {0} and (rows["lr"] == meta["lr"]).all() and (rows["lr_grid"] == "0.001,0.003,1000").all()
     assert rows["distill"].all() and rows["teacher"].nunique() == 1 and (rows["finetune_tokens"] == 128).all()
     assert meta["config"]["train.lr"] == meta["lr"]
     page = (results / "fit" / "report.html").read_text()
