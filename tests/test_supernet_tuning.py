@@ -13,7 +13,6 @@ from helpers import tiny_spec
 
 from searchmaps import flops
 from searchmaps.config import ReuseMap
-from searchmaps.data import load_corpus
 from searchmaps.supernet import map_sequence, score_maps, score_rows, train_supernet
 from searchmaps.supernet.distill import distill_plan, teacher_of
 from searchmaps.supernet.finetune import finetune_scores
