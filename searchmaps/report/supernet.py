@@ -7,6 +7,7 @@ A supernet study with no stand-alone rows of its own gets a page of just this
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -137,6 +138,31 @@ def table(m: pd.DataFrame, info: dict) -> str:
             + f"<p class=caption>The ten maps the supernet scores best of {n_maps}; every map is in supernet.csv.</p>")
 
 
+def method_sentences(scores: pd.DataFrame, info: dict | None = None) -> list[str]:
+    """How the supernet was trained and scored beyond its sampling — in-place distillation,
+    per-map fine-tunes (their cost added to the training's), a fitted learning rate (the
+    tuning's cost from ``info``, the folder's ``supernet.json``) — from ``supernet.csv``'s
+    method columns; nothing for a supernet without them."""
+    out = []
+    if "distill" in scores and scores["distill"].fillna(False).astype(bool).any():
+        teacher = scores["teacher"].dropna().astype(str)
+        out.append(f"In-place distillation: every step trained the deepest map `{teacher.iloc[0] if len(teacher) else '?'}` "
+                   f"on the labels and the step's other maps on its predicted distribution (KL), in one update.")
+    if "finetune_flops" in scores and scores["finetune_flops"].fillna(0).gt(0).any():
+        per_seed = scores.groupby("seed").agg(train=("supernet_train_flops", "first"), ft=("finetune_flops", "sum"),
+                                              ft_s=("finetune_s", "sum"), tokens=("finetune_tokens", "max"))
+        out.append(f"Each map was fine-tuned {int(per_seed['tokens'].max()):,} tokens from the shared weights before it "
+                   f"was scored: {per_seed['ft'].mean():.3g} FLOPs and {per_seed['ft_s'].mean():.0f} s per seed over "
+                   f"all maps; with the training's, {(per_seed['train'] + per_seed['ft']).mean():.3g} FLOPs per seed.")
+    if "lr_grid" in scores and scores["lr_grid"].notna().any():
+        grid = str(scores["lr_grid"].dropna().iloc[0])
+        cost = (info or {}).get("tuning_flops")
+        out.append(f"Learning rate {scores['lr'].iloc[0]:g}, fitted for the supernet over {grid} on tuning seeds (the "
+                   f"lowest mean score over the maps)" + (f"; the tuning cost {float(cost):.3g} FLOPs in all." if cost
+                                                          else "."))
+    return out
+
+
 def validation_file(agreement: dict, sampling: str) -> dict[str, str]:
     """``supernet_validation.csv``: one row, the sampling and :func:`validate`'s numbers."""
     return {"supernet_validation.csv": pd.DataFrame([{"sampling": sampling, **agreement}]).to_csv(index=False)}
@@ -159,6 +185,7 @@ def section(scores: pd.DataFrame, ok: pd.DataFrame, rule: str, alpha: float, inf
                             "stand-alone validation loss (supernet_validation.csv has τ, ρ, top-group agreement "
                             "and regret)."))
         out.sentences.append(trust_sentence(agreement))
+    out.sentences.extend(method_sentences(scores))
     out.tables.append(("Supernet", table(m, info)))
     return out
 
@@ -202,6 +229,8 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                 f"{per_seed['score_s'].mean():.0f} s per seed (mean).",
                 "Each step of a supernet runs one map; every map's score is its mean validation loss with the "
                 "shared weights on the fixed validation windows."]
+    meta = study_dir / "supernet.json"
+    protocol += method_sentences(scores, json.loads(meta.read_text()) if meta.is_file() else None)
     if agreement is not None:
         protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "

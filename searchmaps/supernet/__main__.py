@@ -20,7 +20,7 @@ import sys
 
 import numpy as np
 
-from ..cli import build_plan, build_search_parser, check_supernet_args, fail
+from ..cli import build_plan, build_search_parser, check_supernet_args, count, fail
 from ..config import ConfigError, ReuseMap
 from ..data import DataError
 from ..search import check_results_dir, run_search
@@ -37,14 +37,20 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--validate", type=int, default=0, metavar="K",
                    help="train the supernet's K best and K random feasible maps stand-alone (--seeds each), then "
                         "compare")
+    add_method_args(parser)
     args = parser.parse_args(argv)
     try:
         check_supernet_args(args)
+        check_method_args(args)
         if args.prescreen:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
         plan = build_plan(args)
         if not args.study:
-            plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
+            extra = ("-distill" if args.distill else "") + (f"-ft{args.finetune_tokens:.0e}".replace("+", "")
+                                                              if args.finetune_tokens else "") \
+                + ("-lrfit" if plan.lr_grid else "")
+            plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}{extra}"
+                                                   f"-b{plan.budget_flops:.3g}")
         truth = None
         if args.validate_against:  # before the study folder is made
             from ..report.summary import ReportError, load_runs
@@ -54,8 +60,20 @@ def main(argv: list[str] | None = None) -> int:
                 truth = statistics_rows(records_frame(load_runs(args.validate_against)))
             except ReportError as exc:
                 raise ConfigError(f"--validate-against: {exc}") from None
+        check_methods(plan, args)
         check_results_dir(plan.study_dir)
-        scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet)
+        methods = {"distill": args.distill, "finetune_tokens": args.finetune_tokens or 0}
+        lr, fitted = None, None
+        if plan.lr_grid:
+            from .tuning import fit_lr
+
+            fitted = fit_lr(plan, plan.lr_grid, plan.tuning_seeds, args.sampling, progress=not args.quiet, **methods)
+            lr = fitted["lr"]
+            print(f"supernet learning rate: {lr:g}, fitted on {plan.tuning_seeds} tuning seed(s) over "
+                  f"{','.join(f'{x:g}' for x in plan.lr_grid)}", file=sys.stderr)
+        scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet, lr=lr,
+                                 info=fitted, columns={"lr_grid": ",".join(f"{x:g}" for x in plan.lr_grid)}
+                                 if fitted else None, **methods)
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
@@ -96,6 +114,39 @@ def main(argv: list[str] | None = None) -> int:
         return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
                           report=not args.no_report)
     return 0
+
+
+def add_method_args(parser) -> None:
+    """The training methods of this command (docs/supernet.md)."""
+    m = parser.add_argument_group("supernet training methods (with --lr-grid/--tuning-seeds: the rate is fitted "
+                                  "for the supernet on tuning seeds)")
+    m.add_argument("--distill", action="store_true",
+                   help="in-place distillation: every step trains the deepest map on the labels and the step's other "
+                        "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions")
+    m.add_argument("--finetune-tokens", type=count, default=None, metavar="N",
+                   help="fine-tune each map N tokens from the shared weights (a copy) before scoring it; the cost is "
+                        "counted")
+
+
+def check_method_args(args) -> None:
+    if args.finetune_tokens is not None and args.finetune_tokens <= 0:
+        raise ConfigError(f"--finetune-tokens must be positive, got {args.finetune_tokens}")
+
+
+def check_methods(plan, args) -> None:
+    """What needs the plan, before the study folder is made."""
+    residual = plan.space.model.residual
+    if residual != "prenorm":
+        flag = "--distill" if args.distill else "--residual"
+        raise ConfigError(f"{flag}: --residual {residual} scales by the map's depth, so one set of weights cannot "
+                          f"serve maps of different depths: a supernet needs --residual prenorm")
+    if args.finetune_tokens:
+        from ..config import Candidate
+        from ..spaces import feasible_maps
+        from .finetune import finetune_steps
+
+        cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
+        finetune_steps(plan.spec(Candidate(cheap, plan.pes[0]), 0), args.finetune_tokens)
 
 
 if __name__ == "__main__":

@@ -16,18 +16,21 @@ from ..spaces import feasible_maps
 from . import ensure_scores
 
 
-def supernet_specs(plan: SearchPlan, seeds: int) -> list[TrialSpec]:
-    """One training spec per supernet seed: the plan's protocol, validated on its cheapest map."""
+def supernet_specs(plan: SearchPlan, seeds: int, lr: float | None = None, first: int = 0) -> list[TrialSpec]:
+    """One training spec per supernet seed (``first``, ``first + 1``, ...): the plan's
+    protocol (at ``lr``; None: the plan's rate), validated on its cheapest map."""
     cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
-    return [plan.spec(Candidate(cheap, plan.pes[0]), seed) for seed in range(seeds)]
+    return [plan.spec(Candidate(cheap, plan.pes[0]), seed, lr) for seed in range(first, first + seeds)]
 
 
 def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool = True,
-                    log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)):
+                    log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), lr: float | None = None,
+                    **methods):
     """Train (or read back) the plan's supernet, one per seed, and score every feasible map:
-    :func:`searchmaps.supernet.ensure_scores` in the plan's study folder."""
-    return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds), sampling,
-                         workers=plan.workers, progress=progress, log=log)
+    :func:`searchmaps.supernet.ensure_scores` in the plan's study folder (``methods``: its
+    keyword arguments, such as ``distill``)."""
+    return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds, lr), sampling,
+                         workers=plan.workers, progress=progress, log=log, **methods)
 
 
 def check_prescreen(plan: SearchPlan) -> None:

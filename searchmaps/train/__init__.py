@@ -37,10 +37,10 @@ from ..results import RunRecord, Status, describe, failed_record
 from ..schedule import lr_at, make_ladder, plan_steps
 from .ladder import EvalCallback, Training, climb, progress_total
 from .records import History, RungRecords, failure_reason, unrun_records, wanted_rungs
-from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Guard, Stop, TrainStep, autocast, evaluate, validation_batches
+from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Distill, Guard, Stop, TrainStep, autocast, evaluate, validation_batches
 
 __all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "validation_batches", "autocast", "resolve_device", "plan_steps", "lr_at",
-           "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Guard", "Stop", "History", "failure_reason"]
+           "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Distill", "Guard", "Stop", "History", "failure_reason"]
 
 
 @functools.lru_cache(maxsize=4)
@@ -96,6 +96,7 @@ def train_ladder(
     progress: bool = False,
     map_for_step: Callable[[int], object] | None = None,
     on_model: Callable[[LoopedLM], None] | None = None,
+    on_training: Callable[[Training], None] | None = None,
 ) -> list[RunRecord]:
     """Train once and return a record per rung of the horizon ladder (ascending
     ``horizons``, ``--schedule wsd``; default: ``spec``'s own horizon, one rung).
@@ -114,8 +115,10 @@ def train_ladder(
     start to ``save`` (statistical successive halving continues promoted runs from it).
     ``on_rung`` gets each rung's record as soon as it exists. ``map_for_step(step)`` (a
     weight-sharing supernet, :mod:`searchmaps.supernet`) picks the map each training step
-    runs (None: the spec's); validation always runs the spec's map. ``on_model`` gets the
-    trained model at the end.
+    runs (None: the spec's) or a :class:`~searchmaps.train.step.Distill` (a teacher and
+    its students, one update); validation always runs the spec's map. ``on_model`` gets the
+    trained model at the end, ``on_training`` the whole :class:`~searchmaps.train.ladder.Training`
+    (model, optimizer, data stream: a supernet's per-map fine-tunes continue from it).
 
     An error that is not the training's own (out of memory, a bug in a callback) fails
     every rung not yet recorded, from the shared phase's history.
@@ -136,6 +139,8 @@ def train_ladder(
         climb(lad, training, history, rungs, first, last, on_eval=on_eval, save=save)
         if on_model is not None:
             on_model(training.model)
+        if on_training is not None:
+            on_training(training)
     except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
         rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
     finally:

@@ -73,6 +73,21 @@ class Guard:
                 f"ln(vocab) + {DIVERGENCE_MARGIN:g} = {self.limit:.3g}, worse than predicting uniformly"))
 
 
+@dataclass(frozen=True)
+class Distill:
+    """The maps one step of in-place distillation runs on the same batch (BigNAS, Yu et al.
+    2020): ``teacher`` on the true labels, then each of ``students`` on the teacher's
+    predicted distribution (KL from the detached teacher distribution, per token); their
+    gradients are summed into one optimizer step. Given as a step's ``reuse``."""
+
+    teacher: object
+    students: tuple = ()
+
+    @property
+    def maps(self) -> tuple:
+        return (self.teacher, *self.students)
+
+
 class TrainStep:
     """One optimizer step of ``model``: forward under ``precision``, the loss checked by
     ``guard`` before any update, backward, gradients clipped to ``grad_clip`` (global
@@ -105,13 +120,16 @@ class TrainStep:
         ``lr`` and return its training loss (with ``micro_batch``: in chunks, gradients
         accumulated, the checks on the whole batch's loss before the update). ``before``:
         the losses of the steps before it (the divergence check reads the last
-        :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the map to run (None: the model's own).
+        :data:`DIVERGENCE_WINDOW` - 1); ``reuse``: the map to run (None: the model's own), or a
+        :class:`Distill`: a teacher and its students on the same batch, one update.
         Raises :class:`Stop`, the weights untouched, when the loss is non-finite or the run
         has diverged."""
         x, y = (t.to(self.device, non_blocking=True) for t in batch)
         for group in self.opt.param_groups:
             group["lr"] = lr
-        if self.micro_batch and self.micro_batch < len(x):
+        if isinstance(reuse, Distill):
+            value = self._distill(step, x, y, before, reuse)
+        elif self.micro_batch and self.micro_batch < len(x):
             value = self._accumulate(x, y, reuse)
             self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
         else:
@@ -123,6 +141,43 @@ class TrainStep:
             loss.backward()
         torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip, foreach=True)
         self.opt.step()
+        return value
+
+    def _distill(self, step: int, x, y, before: Sequence[float], plan: Distill) -> float:
+        """The gradients of a :class:`Distill` step, chunk by chunk (``micro_batch``) so the
+        teacher's distribution is held for one chunk only: the teacher's cross-entropy on
+        the labels, then each student's KL from it. Returns the teacher's loss (the step's
+        training loss, checked as an ordinary step's); a non-finite student loss stops the
+        run before the update. With no students it is the ordinary step, bit for bit."""
+        import torch.nn.functional as F
+
+        chunk = self.micro_batch if self.micro_batch and self.micro_batch < len(x) else len(x)
+        whole = chunk >= len(x)
+        self.opt.zero_grad(set_to_none=True)
+        total = torch.zeros((), device=x.device, dtype=torch.float32)
+        kl = [torch.zeros((), device=x.device, dtype=torch.float32) for _ in plan.students]
+        for i in range(0, len(x), chunk):
+            xc, yc = x[i:i + chunk], y[i:i + chunk]
+            with autocast(self.device, self.precision):
+                logits, loss = self.model(xc, yc, plan.teacher)
+            part = loss if whole else loss * (len(xc) / len(x))
+            part.backward()
+            total += part.detach().float()
+            target = F.log_softmax(logits.detach().float(), dim=-1).flatten(0, -2)
+            del logits
+            for k, student in enumerate(plan.students):
+                with autocast(self.device, self.precision):
+                    out, _ = self.model(xc, None, student)
+                loss = F.kl_div(F.log_softmax(out.float(), dim=-1).flatten(0, -2), target, reduction="batchmean",
+                                log_target=True)
+                part = loss if whole else loss * (len(xc) / len(x))
+                part.backward()
+                kl[k] += part.detach()
+        value = total.item()
+        self.guard.train_loss(step, [*before[max(0, len(before) - DIVERGENCE_WINDOW + 1):], value])
+        for student, loss in zip(plan.students, kl):
+            if not math.isfinite(loss.item()):
+                raise Stop(Status.FAILED, f"non-finite distillation loss ({loss.item()}) of map {student} at step {step}")
         return value
 
 
