@@ -62,18 +62,47 @@ def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE,
     return stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
 
 
+def trust_level(a: dict) -> str:
+    """``stand-in`` when τ reaches 80 % of the ceiling with its lower bound above 0.5 (the
+    goal of issue 25; without a ceiling, the lower bound alone above 0.6), ``prescreen`` when
+    the lower bound is above 0, else ``none``."""
+    tau, lo = a["kendall_tau"], a["kendall_tau_low"]
+    ceiling = a.get("ceiling_tau", float("nan"))
+    if math.isfinite(ceiling):
+        good = lo > 0.5 and tau >= 0.8 * ceiling - 1e-9  # 0.8 * 0.75 is 0.6000000000000001
+    else:
+        good = lo > 0.6
+    return "stand-in" if good else "prescreen" if lo > 0 else "none"
+
+
 def trust_sentence(a: dict) -> str:
-    """How far the supernet can be trusted in this study, in one sentence."""
+    """How far the supernet can be trusted in this study, in one sentence: its τ beside the
+    ceiling (the τ between two halves of the stand-alone seeds), top-k overlap and regret."""
     tau, lo, hi = a["kendall_tau"], a["kendall_tau_low"], a["kendall_tau_high"]
-    level = ("its ranking can stand in for stand-alone training here" if lo > 0.6 else
-             "it can prescreen (drop the clearly bad maps) but not rank the good ones" if lo > 0 else
-             "its ranking cannot be trusted here: choose maps by stand-alone training")
+    level = {"stand-in": "its ranking can stand in for stand-alone training here",
+             "prescreen": "it can prescreen (drop the clearly bad maps) but not rank the good ones",
+             "none": "its ranking cannot be trusted here: choose maps by stand-alone training"}[trust_level(a)]
     regret = f"{a['regret']:.3g} nats" + (f" ({a['regret_ppl']:.3g} perplexity)" if "regret_ppl" in a else "")
+    if math.isfinite(a.get("regret_low", float("nan"))):
+        regret += f", 95 % CI {a['regret_low']:.3g} to {a['regret_high']:.3g} nats"
     pick = "the stand-alone best itself" if a["pick"] == a["truth_best"] else f"`{a['pick']}`"
+    k = len(a["top_group"].split(";"))
+    ceiling = a.get("ceiling_tau", float("nan"))
+    has_ceiling = math.isfinite(ceiling)
+    if has_ceiling:
+        half = int(a["ceiling_half_seeds"])
+        share = f"{tau / ceiling:.0%} of the ceiling {ceiling:.2f}" if ceiling > 0 else f"the ceiling being {ceiling:.2f}"
+        head = (f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}), {share} — the τ between two halves of the "
+                f"stand-alone seeds ({half} against {half}, mean of {int(a['ceiling_splits'])} splits, "
+                f"{a['ceiling_tau_low']:.2f} to {a['ceiling_tau_high']:.2f}); Spearman's ρ = {a['spearman_rho']:.2f}")
+        top = f" (two halves of the seeds: {a['ceiling_top_agreement']:.0%})"
+        regret += f"; two halves of the seeds: {a['ceiling_regret']:.3g} nats"
+    else:
+        head = f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f})"
+        top = ""
     return (f"Against stand-alone training of the same {a['n_candidates']} maps, the supernet's ranking has Kendall's "
-            f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f}); its pick is {pick} "
-            f"(regret {regret}), and its top {len(a['top_group'].split(';'))} hold "
-            f"{a['top_agreement']:.0%} of the stand-alone top group: {level}.")
+            f"{head}; its top {k} hold {a['top_agreement']:.0%} of the stand-alone top group{top}; its pick is {pick} "
+            f"(regret {regret}): {level}.")
 
 
 def pareto_figure(m: pd.DataFrame, budget: float | None = None, title: str = "Supernet: every feasible map"):
@@ -205,7 +234,9 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
     if agreement is not None:
         protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
-                        f"intervals: 95 % bootstrap over supernet and stand-alone seeds.")
+                        f"intervals: 95 % bootstrap over supernet and stand-alone seeds. The ceiling: the τ "
+                        f"between the mean losses of two disjoint halves of the stand-alone seeds, over every split "
+                        f"(or {stability.N_BOOT} random ones), with the spread over splits.")
     page = render_page(f"Supernet: {study_dir.name}",
                        [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])], protocol,
                        footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
