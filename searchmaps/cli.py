@@ -346,9 +346,11 @@ def build_search_parser() -> Parser:
                         "(plus the baseline) for the seeded stand-alone study")
     w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
     w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
-    w.add_argument("--sampling", choices=("uniform", "sandwich"), default="uniform",
-                   help="the map each supernet step runs: uniform over the feasible maps, or sandwich (the cheapest, "
-                        "the most expensive and a random one in turn)")
+    w.add_argument("--sampling", choices=("uniform", "sandwich", "fair"), default="uniform",
+                   help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
+                        "the most expensive and a random one in turn), or fair (every layer's repeat values "
+                        "equally often, FairNAS)")
+    add_split_args(w)
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
@@ -406,6 +408,16 @@ def parse_map(text: str, n_layers: int, flag: str) -> ReuseMap:
         return ReuseMap.parse(text, n_layers)
     except ConfigError as exc:
         raise ConfigError(f"{flag}: {str(exc).removeprefix('--map: ').removeprefix('--map ')}") from None
+
+def add_split_args(w) -> None:
+    """--split and --split-budget (few-shot sub-supernets, searchmaps.supernet.split)."""
+    w.add_argument("--split", choices=("none", "depth"), default="none",
+                   help="none: one supernet over every map; depth: one per group of maps with the same number of "
+                        "applied layers, each map scored by its group's (default none)")
+    w.add_argument("--split-budget", choices=("shared", "full"), default="shared",
+                   help="with --split depth: shared divides the supernet's tokens (or training FLOPs) evenly among "
+                        "the groups, same cost as one supernet; full gives every group all of it (default shared)")
+
 
 def check_supernet_args(args: argparse.Namespace) -> None:
     """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet)."""

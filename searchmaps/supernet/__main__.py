@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
         plan = build_plan(args)
         if not args.study:
-            plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
+            split = f"-split-{args.split}" if args.split != "none" else ""
+            plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}{split}"
+                                                   f"-b{plan.budget_flops:.3g}")
         truth = None
         if args.validate_against:  # before the study folder is made
             from ..report.summary import ReportError, load_runs
@@ -55,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
             except ReportError as exc:
                 raise ConfigError(f"--validate-against: {exc}") from None
         check_results_dir(plan.study_dir)
-        scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet)
+        scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet, split=args.split,
+                                 split_budget=args.split_budget)
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
