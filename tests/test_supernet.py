@@ -71,6 +71,9 @@ def test_training_flops_count_the_maps_that_ran(corpus, space):
     matched = train_supernet(space, 1e12, flop_spec, corpus=corpus, maps=MAPS, score=False)
     mean_cost = sum(flops.train_flops_per_token(spec.model.with_map(m)) for m in MAPS) / len(MAPS)
     assert matched.record.steps == int(budget // (mean_cost * 128))
+    fair_cost = sum(flops.train_flops_per_token(spec.model.with_map(m)) for m in map_sequence(MAPS, 2000, 0, "fair"))
+    fair = train_supernet(space, 1e12, flop_spec, "fair", corpus=corpus, maps=MAPS, score=False)
+    assert fair.record.steps == int(budget // (fair_cost / 2000 * 128))
 
 
 def test_only_prenorm_weights_can_serve_every_map(corpus, space):
@@ -190,13 +193,14 @@ def test_fair_sampling_trains_each_layers_values_equally_often_over_every_block(
         assert Counter(r[0] for r in block) == {1: 2, 2: 2, 3: 2} and Counter(r[1] for r in block) == {1: 3, 2: 3}
     # a product space with a block map: the block map runs at its share (1 of 10), the rest is balanced
     product = [ReuseMap((a, b)) for a in (1, 2, 3) for b in (1, 2, 3)] + [ReuseMap((1, 1), 2)]
-    seq = map_sequence(product, 3000, 2, "fair")
-    assert 200 < sum(m.is_block for m in seq) < 400
+    seq = map_sequence(product, 1000, 2, "fair")
+    assert 60 < sum(m.is_block for m in seq) < 140
     for block in _ilr_blocks(seq, 3):
         assert sorted(r[0] for r in block) == [1, 2, 3] == sorted(r[1] for r in block)
     # no balanced block exists (layer 2's 2 goes only with layer 1's 1): every step still feasible
     odd = [ReuseMap.parse(m, 2) for m in ("1,1", "2,1", "1,2", "3,1")]
-    assert set(map_sequence(odd, 120, 0, "fair")) <= set(odd)
+    seq = map_sequence(odd, 120, 0, "fair")
+    assert set(seq) == set(odd)  # every map trained, none outside the space
 
 
 def test_a_depth_split_trains_one_supernet_per_group_and_scores_every_map_once(corpus, space):

@@ -119,7 +119,7 @@ def _expected_cost(maps, sampling: str, cost: dict) -> float:
     if sampling == "uniform":
         return float(np.mean([cost[m] for m in maps]))
     if sampling == "fair":  # the mean over a long fair sequence (the record counts the maps that ran)
-        return float(np.mean([cost[m] for m in map_sequence(maps, 100 * len(maps), 0, "fair")]))
+        return float(np.mean([cost[m] for m in map_sequence(maps, 2000, 0, "fair")]))
     low, high = min(cost.values()), max(cost.values())
     return (low + high + float(np.mean(list(cost.values())))) / 3
 

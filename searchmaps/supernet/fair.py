@@ -8,16 +8,16 @@ runs the map made of every column's ``k``-th value, so over a block each layer r
 of its values exactly ``B / |C_i|`` times (FairNAS: one permutation per layer, every
 layer having the same number of choices).
 
-A combined map may be infeasible (over the FLOP budget, or not in a listed space). Then
-the block is **repaired by swaps inside a column**, which keep every layer's counts: a
-random infeasible step swaps one layer's value with another step of the block, kept when
-the two steps hold no more infeasible maps than before (up to ``50 x B x n`` tries). In a
-product space (every combination feasible, as ``ilr4`` within 1.2e7 FLOPs/token) nothing
-is repaired; in a budgeted space the swaps find an exactly balanced block whenever one
-exists in practice. A step still infeasible after the tries runs the feasible map whose
-values this block has trained least (sum over layers of how often each of its values ran
-so far in the block; ties at random), so every step runs a feasible map and the counts
-are as even as the space allows.
+Drawn that way a combined map may be infeasible (over the FLOP budget, or not in a listed
+space), so the block is drawn step by step instead, with the same guarantee where every
+combination is feasible: each step runs a map drawn **uniformly among the feasible maps
+whose every value still has quota left in the block** (layer ``i``: ``B / |C_i|`` runs of
+each value). In a product space (every combination feasible, as ``ilr4`` within 1.2e7
+FLOPs/token) such a map always exists, so every block is exactly balanced. In a budgeted
+or listed space a block can get stuck (no feasible map fits the quota left); it is drawn
+again, up to 20 times, and then completed with the feasible maps that exceed the fewest
+layers' quotas (ties at random): every step runs a feasible map, and the counts are as
+even as the space lets this greedy rule make them.
 
 ``block:k`` maps (the whole stack repeated) have no per-layer values: a step runs one of
 them (uniformly) with their share of the feasible maps, as under uniform sampling, the
@@ -46,41 +46,36 @@ def block_length(choices: list[list[int]]) -> int:
     return math.lcm(*(len(c) for c in choices)) if choices else 0
 
 
-def fair_block(choices: list[list[int]], feasible: set, rng: np.random.Generator) -> list[tuple]:
-    """One block of steps (repeat tuples), every one feasible, each layer's values equally
-    often where the swaps find such a block."""
+def fair_block(choices: list[list[int]], feasible: np.ndarray, rng: np.random.Generator,
+               restarts: int = 20) -> list[tuple]:
+    """One block of ``B`` feasible steps (repeat tuples; ``feasible``: the feasible per-layer
+    maps as rows). Each step draws uniformly among the feasible maps whose every value still
+    has quota left in the block (layer ``i``'s quota: ``B / |C_i|`` per value). A block that
+    gets stuck is drawn again (``restarts`` times); then its stuck steps take the feasible
+    maps that exceed the fewest layers' quotas (ties at random)."""
     b, n = block_length(choices), len(choices)
-    grid = np.stack([np.concatenate([rng.permutation(c) for _ in range(b // len(c))]) for c in choices], axis=1)
+    index = [{v: j for j, v in enumerate(c)} for c in choices]
+    cols = np.stack([np.array([index[i][v] for v in feasible[:, i]]) for i in range(n)], axis=1)  # value indices
+    full = np.array([[b // len(c)] * max(len(c) for c in choices) for c in choices])
 
-    def bad(k: int) -> bool:
-        return tuple(int(v) for v in grid[k]) not in feasible
+    def draw(relax: bool):
+        quota, rows = full.copy(), []
+        for _ in range(b):
+            over = (quota[np.arange(n), cols] <= 0).sum(axis=1)  # layers whose value is used up, per map
+            best = over.min()
+            if best and not relax:
+                return None
+            pool = np.flatnonzero(over == best)
+            k = int(pool[rng.integers(len(pool))])
+            quota[np.arange(n), cols[k]] -= 1
+            rows.append(tuple(int(v) for v in feasible[k]))
+        return rows
 
-    wrong = [k for k in range(b) if bad(k)]
-    for _ in range(50 * b * n):
-        if not wrong:
-            break
-        k, i, j = wrong[rng.integers(len(wrong))], int(rng.integers(n)), int(rng.integers(b))
-        before = bad(k) + bad(j)
-        grid[k, i], grid[j, i] = grid[j, i], grid[k, i]
-        if bad(k) + bad(j) > before:
-            grid[k, i], grid[j, i] = grid[j, i], grid[k, i]  # undo
-        else:
-            wrong = [s for s in range(b) if bad(s)]
-    rows = [tuple(int(v) for v in grid[k]) for k in range(b)]
-    if wrong:  # the least-trained feasible map for each step the swaps could not mend
-        options = sorted(feasible)
-        counts = [dict.fromkeys(c, 0) for c in choices]
-        for k, r in enumerate(rows):
-            if k not in wrong:
-                for i, v in enumerate(r):
-                    counts[i][v] += 1
-        for k in wrong:
-            order = rng.permutation(len(options))
-            pick = min((options[o] for o in order), key=lambda r: sum(counts[i][v] for i, v in enumerate(r)))
-            rows[k] = pick
-            for i, v in enumerate(pick):
-                counts[i][v] += 1
-    return rows
+    for _ in range(restarts):
+        rows = draw(relax=False)
+        if rows is not None:
+            return rows
+    return draw(relax=True)
 
 
 def fair_sequence(maps: Sequence[ReuseMap], steps: int, rng: np.random.Generator) -> list[ReuseMap]:
@@ -91,7 +86,7 @@ def fair_sequence(maps: Sequence[ReuseMap], steps: int, rng: np.random.Generator
     choices = layer_choices(maps)
     if not choices:  # block maps only: nothing per layer to balance
         return [blocks[i] for i in rng.integers(0, len(blocks), size=steps)]
-    feasible = {m.repeats for m in maps if not m.is_block}
+    feasible = np.array(sorted({m.repeats for m in maps if not m.is_block}))
     share = len(blocks) / len(maps)
     out: list[ReuseMap] = []
     while len(out) < steps:
