@@ -170,6 +170,18 @@ def test_a_proxy_checked_against_stand_alone_training_by_hand():
     assert got["ceiling_regret"] == 0.0
 
 
+def test_the_quick_tau_and_rho_of_the_bootstrap_equal_scipys():
+    from searchmaps.stability import _tau_rho, _tau_rho_small
+
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 11, 40):
+        for _ in range(20):
+            a, b = rng.normal(size=n), rng.normal(size=n)
+            a[: n // 3] = a[0]  # ties, as scipy's tau-b and average ranks treat them
+            assert _tau_rho_small(a, b) == pytest.approx(_tau_rho(a, b), abs=1e-12)
+    assert all(math.isnan(x) for x in _tau_rho_small(np.ones(4), np.arange(4.0)))
+
+
 def test_the_ceiling_is_the_tau_between_two_halves_of_the_seeds_by_hand():
     from searchmaps.stability import seed_splits, split_half_agreement
 

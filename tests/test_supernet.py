@@ -256,3 +256,64 @@ def test_the_supernet_command_splits_by_depth_and_samples_fairly(space_file, tmp
     assert main(supernet_args(space_file, results, "--study", "plain", "--supernet-seeds", "1")) == 0
     assert "split" not in json.loads((results / "plain" / "supernet.json").read_text())["key"]
     assert "split" not in pd.read_csv(results / "plain" / "supernet.csv").columns
+
+
+# ---------------------------------------------------------------------------- landmarks
+
+
+def test_landmarks_spread_over_depth_and_an_affine_depth_bias_is_undone_by_hand():
+    import pandas as pd
+
+    from searchmaps.supernet.landmarks import calibrate, choose, fit
+
+    applied = {"a": 2, "b": 3, "c": 3, "d": 4, "e": 5}
+    assert choose(list(applied), applied, 2) == ["a", "e"]  # the cheapest and the deepest
+    assert choose(list(applied), applied, 3) == ["a", "c", "e"]  # positions 0, 2, 4 of a b c d e
+    # stand-alone loss = supernet score + 0.5 - 0.25 x applied layers: the supernet favours the deep maps
+    truth_mean = {"a": 3.0, "b": 3.2, "c": 3.1, "d": 2.9, "e": 2.8}
+    scores = pd.DataFrame([{"candidate": c, "seed": s, "applied_layers": applied[c],
+                            "val_loss": truth_mean[c] - 0.5 + 0.25 * applied[c] + 0.01 * s}
+                           for c in applied for s in range(2)])
+    truth = pd.DataFrame([{"candidate": c, "seed": s, "val_loss": m} for c, m in truth_mean.items() for s in range(3)])
+    a, b = fit(scores, truth, ["a", "e"])  # gaps: a: 0.5 - 0.5 - 0.005 = -0.005, e: 0.5 - 1.25 - 0.005
+    assert (a, b) == (pytest.approx(0.5 - 0.005), pytest.approx(-0.25))
+    fixed, rest, info = calibrate(scores, truth, 2)
+    assert set(rest["candidate"]) == {"b", "c", "d"} and info["landmark_maps"] == "a;e"
+    means = fixed.groupby("candidate")["val_loss"].mean()
+    assert means.to_dict() == pytest.approx(truth_mean)  # every map's stand-alone loss, landmarks or not
+
+
+def test_landmarks_bad_input_is_one_line_and_makes_nothing(space_file, tmp_path, capsys):
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    for extra, said in ((["--landmarks", "8"], "--landmarks 8 is larger than the space (7 feasible maps)"),
+                        (["--landmarks", "1"], "--landmarks needs --validate-against"),
+                        (["--landmarks", "-1"], "--landmarks must be at least 0")):
+        assert main(supernet_args(space_file, results, "--study", "sn", *extra)) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], lines
+    assert not results.exists()
+
+
+def test_the_supernet_command_calibrates_on_landmarks_and_validates_on_the_rest(space_file, tmp_path, corpus, capsys):
+    import pandas as pd
+
+    from searchmaps.results import RunsFile
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    truth = results / "alone"
+    truth.mkdir(parents=True)
+    RunsFile(truth / "runs.csv").append(
+        [train(tiny_spec(m, tokens=256), corpus) for m in ("1,1", "2,1", "1,2", "2,2")])  # one seed: quick
+    argv = supernet_args(space_file, results, "--study", "marked", "--supernet-seeds", "1", "--validate-against",
+                         str(truth), "--landmarks", "2")
+    assert main(argv) == 0
+    val = pd.read_csv(results / "marked" / "supernet_validation.csv")
+    assert val["landmark_maps"].item() == "1,1|rope;2,2|rope" and val["n_candidates"].item() == 2
+    assert "landmark" in (results / "marked" / "report.html").read_text()
+    raw = pd.read_csv(results / "marked" / "supernet.csv", dtype={"map": str})  # supernet.csv keeps the raw scores
+    assert "landmark" not in " ".join(raw.columns)
+    assert main(argv[:-1] + ["3"]) == 2  # 4 shared maps: 3 landmarks would leave one to validate on
+    assert "--landmarks 3 leaves 1 of the 4 maps" in capsys.readouterr().err

@@ -198,10 +198,13 @@ def budget_of(info: dict) -> float | None:
 
 
 def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = None, against: str | None = None,
-               rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None) -> Path:
+               rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None,
+               extra: dict | None = None) -> Path:
     """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
     Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
-    study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``."""
+    study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``
+    (``extra``: columns added to it, e.g. the landmarks of ``--landmarks``, which the page
+    states)."""
     study_dir = Path(study_dir)
     m = means(scores)
     agreement = validate(scores, truth, rule, alpha) if truth is not None else None
@@ -213,6 +216,7 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
               f"best of {len(m)} maps ({m['ppl'].iloc[0]:.3f} perplexity with the shared weights)."]
     files = {}
     if agreement is not None:
+        agreement.update(extra or {})
         files = validation_file(agreement, sampling)
         figures.append(("Supernet vs stand-alone training", scatter_figure(m, truth),
                         f"Each map also trained stand-alone in `{against}`: its supernet score against its "
@@ -231,6 +235,11 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                 f"{per_seed['score_s'].mean():.0f} s per seed (mean).",
                 "Each step of a supernet runs one map; every map's score is its mean validation loss with the "
                 "shared weights on the fixed validation windows."]
+    if (extra or {}).get("landmarks"):
+        protocol.append(f"Scores corrected by {extra['landmarks']} stand-alone landmark(s) "
+                        f"({extra['landmark_maps'].replace(';', ', ')}): {extra['landmark_a']:+.4f} "
+                        f"{extra['landmark_b']:+.4f} x applied layers (nats), fitted to their stand-alone losses; "
+                        f"the validation leaves the landmarks out.")
     if agreement is not None:
         protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
