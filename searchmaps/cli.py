@@ -425,6 +425,14 @@ def check_supernet_args(args: argparse.Namespace) -> None:
         raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
     if args.keep < 1:
         raise ConfigError(f"--keep must be at least 1, got {args.keep}")
+    check_split_args(args)
+
+
+def check_split_args(args: argparse.Namespace) -> None:
+    """Inside a depth group every map costs the same: sandwich sampling has no extremes there."""
+    if getattr(args, "split", "none") != "none" and args.sampling == "sandwich":
+        raise ConfigError("--sampling sandwich trains the cheapest and the dearest map in turn, and inside a --split "
+                          "depth group every map costs the same: use --sampling uniform or fair with --split depth")
 
 def default_study_name(plan: SearchPlan) -> str:
     t = plan.space.train

@@ -233,6 +233,9 @@ def test_split_and_sampling_names_are_checked_in_one_line(space_file, tmp_path, 
             main(supernet_args(space_file, results, "--study", "sn", flag, value))
         lines = capsys.readouterr().err.strip().splitlines()
         assert exit_.value.code == 2 and len(lines) == 1 and flag in lines[0] and value in lines[0]
+    assert main(supernet_args(space_file, results, "--study", "sn", "--split", "depth", "--sampling", "sandwich")) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--sampling sandwich" in lines[0] and "--split" in lines[0]
     assert not results.exists()
 
 

@@ -70,6 +70,9 @@ def train_split(space: Space, budget_flops: float, spec: TrialSpec, sampling: st
     """One supernet per depth group (:func:`depth_groups` of the space's maps within
     ``budget_flops``, or ``maps``), each :func:`searchmaps.supernet.train_supernet` over its
     group's maps only; stops at the first that fails (its result is the last)."""
+    if sampling == "sandwich":
+        raise ConfigError("--sampling sandwich trains the cheapest and the dearest map in turn, and inside a --split "
+                          "depth group every map costs the same: use --sampling uniform or fair with --split depth")
     corpus = corpus if corpus is not None else load_corpus(spec.data)
     maps = list(maps) if maps is not None else feasible_maps(space, budget_flops)
     if not maps:
