@@ -253,6 +253,7 @@ def test_the_supernet_command_splits_by_depth_and_samples_fairly(space_file, tmp
     assert set(scores["group"]) == {2, 3, 4} and (scores["supernet_groups"] == 3).all()
     assert (scores["split"] == "depth").all() and (scores["sampling"] == "fair").all()
     assert scores.groupby("group")["group_steps"].first().sum() == scores["supernet_steps"].iloc[0] == 15
+    assert "Split by depth: each seed is 3 sub-supernets" in (results / "split" / "report.html").read_text()
     key = json.loads((results / "split" / "supernet.json").read_text())["key"]
     assert key["split"] == "depth" and key["split_budget"] == "shared"
     # without --split the key, and so every existing supernet.csv, is as before

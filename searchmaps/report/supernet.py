@@ -235,6 +235,12 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                 f"{per_seed['score_s'].mean():.0f} s per seed (mean).",
                 "Each step of a supernet runs one map; every map's score is its mean validation loss with the "
                 "shared weights on the fixed validation windows."]
+    if "supernet_groups" in scores.columns:  # --split depth
+        budget_word = {"shared": "the one supernet's budget shared among them",
+                       "full": "each the whole budget"}.get(str(scores["split_budget"].iloc[0]), "")
+        protocol.append(f"Split by depth: each seed is {int(scores['supernet_groups'].iloc[0])} sub-supernets, one per "
+                        f"number of applied layers, {budget_word}; each map is scored by its group's, and the steps, "
+                        f"tokens, FLOPs and seconds above are the seed's totals over its groups.")
     if (extra or {}).get("landmarks"):
         protocol.append(f"Scores corrected by {extra['landmarks']} stand-alone landmark(s) "
                         f"({extra['landmark_maps'].replace(';', ', ')}): {extra['landmark_a']:+.4f} "
