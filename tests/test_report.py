@@ -905,6 +905,20 @@ def test_the_supernet_trust_sentence_speaks_of_the_ceiling():
     assert trust_level({**a, "kendall_tau": 0.59}) == "prescreen"  # under 80 % of the ceiling
     assert trust_level({**a, "kendall_tau_low": 0.4}) == "prescreen"  # its interval reaches under 0.5
     assert trust_level({**a, "kendall_tau_low": -0.1}) == "none"
+    assert "ranking by applied layers alone: τ = 0.79" in trust_sentence({**a, "depth_tau": 0.79})
+
+
+def test_the_depth_baseline_is_kendalls_tau_b_of_applied_layers_by_hand():
+    import math
+
+    import pandas as pd
+
+    from searchmaps.report.supernet import depth_tau
+
+    scores = pd.DataFrame({"candidate": ["a", "b", "c", "d"], "applied_layers": [4, 5, 5, 8], "val_loss": 0.0})
+    runs = pd.DataFrame({"candidate": list("abcdabcd"), "val_loss": [1, 2, 3, 2.5, 1, 2, 3, 2.5]})
+    # pairs: ab ac ad concordant, bc tied in depth, bd concordant, cd discordant: (4 - 1) / sqrt(5 * 6)
+    assert depth_tau(scores, runs) == pytest.approx(3 / math.sqrt(30))
 
 
 # ---------------------------------------------------------------------------- figures

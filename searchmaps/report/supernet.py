@@ -59,7 +59,21 @@ def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE,
     shared = set(scores["candidate"]) & set(runs["candidate"])
     if len(shared) < 2:
         return None
-    return stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+    out = stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+    if "applied_layers" in scores.columns:
+        out["depth_tau"] = depth_tau(scores, runs)
+    return out
+
+
+def depth_tau(scores: pd.DataFrame, runs: pd.DataFrame) -> float:
+    """The baseline a supernet must beat: Kendall's τ-b between the shared maps' applied
+    layers (fewer ranked better, ties kept) and their stand-alone mean losses."""
+    from scipy import stats as st
+
+    depth = scores.groupby("candidate")["applied_layers"].first()
+    truth = runs.groupby("candidate")["val_loss"].mean()
+    names = sorted(set(depth.index) & set(truth.index))
+    return float(st.kendalltau(depth[names].to_numpy(), truth[names].to_numpy()).statistic)
 
 
 def trust_level(a: dict) -> str:
@@ -95,6 +109,8 @@ def trust_sentence(a: dict) -> str:
         head = (f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}), {share} — the τ between two halves of the "
                 f"stand-alone seeds ({half} against {half}, mean of {int(a['ceiling_splits'])} splits, "
                 f"{a['ceiling_tau_low']:.2f} to {a['ceiling_tau_high']:.2f}); Spearman's ρ = {a['spearman_rho']:.2f}")
+        if math.isfinite(a.get("depth_tau", float("nan"))):
+            head += f"; ranking by applied layers alone: τ = {a['depth_tau']:.2f}"
         top = f" (two halves of the seeds: {a['ceiling_top_agreement']:.0%})"
         regret += f"; two halves of the seeds: {a['ceiling_regret']:.3g} nats"
     else:
