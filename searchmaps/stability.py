@@ -770,17 +770,24 @@ def split_half_agreement(truth: pd.DataFrame, k: int = 1, n_splits: int = N_BOOT
       half's top ``k`` holds (``k``: the size of the whole study's top group);
     - ``ceiling_regret``: the mean over splits (both directions) of one half's stand-alone
       loss for the other half's best, minus its own best;
-    - ``ceiling_splits`` and ``ceiling_half_seeds``: how many splits, seeds per half.
+    - ``ceiling_splits`` and ``ceiling_half_seeds``: how many splits, seeds per half;
+    - ``ceiling_tau_full``: the τ a perfect ranking would reach against the mean of *all*
+      the seeds, from ``ceiling_tau`` by the normal-theory relation r = sin(πτ/2), the
+      Spearman-Brown step from a half's seeds to all of them (R = k·r / (1 + (k-1)·r),
+      k = seeds / half) and the attenuation a perfect predictor meets (τ = (2/π)·asin(√R)).
 
     Each half has half the seeds, so its means are noisier than the whole study's: the
-    ceiling is the agreement of two half-studies, a slightly low estimate of how well the
-    full study's ranking could be matched (NaN with fewer than two seeds)."""
+    split-half ceiling is the agreement of two half-studies, a low estimate of how well the
+    full study's ranking could be matched (a proxy can exceed it); ``ceiling_tau_full``
+    is the model-based estimate of that (NaN with fewer than two seeds, or a ceiling at or
+    below 0)."""
     mat = np.asarray(truth, dtype=float)
     splits = seed_splits(mat.shape[0], n_splits, random_state)
     nan = float("nan")
     if not splits or mat.shape[1] < 2:
         return {"ceiling_tau": nan, "ceiling_tau_low": nan, "ceiling_tau_high": nan, "ceiling_top_agreement": nan,
-                "ceiling_regret": nan, "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2}
+                "ceiling_regret": nan, "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2,
+                "ceiling_tau_full": nan}
     taus, tops, regrets = [], [], []
     for a, b in splits:
         ma, mb = mat[list(a)].mean(axis=0), mat[list(b)].mean(axis=0)
@@ -790,6 +797,19 @@ def split_half_agreement(truth: pd.DataFrame, k: int = 1, n_splits: int = N_BOOT
         regrets += [mb[int(np.argmin(ma))] - mb.min(), ma[int(np.argmin(mb))] - ma.min()]
     taus = np.array(taus)
     lo, hi = _interval(taus)
-    return {"ceiling_tau": float(np.nanmean(taus)), "ceiling_tau_low": lo, "ceiling_tau_high": hi,
+    tau = float(np.nanmean(taus))
+    return {"ceiling_tau": tau, "ceiling_tau_low": lo, "ceiling_tau_high": hi,
             "ceiling_top_agreement": float(np.mean(tops)), "ceiling_regret": float(np.mean(regrets)),
-            "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2}
+            "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2,
+            "ceiling_tau_full": full_study_ceiling(tau, mat.shape[0] // 2, mat.shape[0])}
+
+
+def full_study_ceiling(split_tau: float, half: int, seeds: int) -> float:
+    """The τ a perfect ranking reaches against the mean of ``seeds`` seeds when two halves
+    of ``half`` seeds agree at ``split_tau`` (normal theory; see :func:`split_half_agreement`)."""
+    if not split_tau > 0:
+        return float("nan")
+    r = math.sin(math.pi * split_tau / 2)
+    k = seeds / half
+    reliability = k * r / (1 + (k - 1) * r)
+    return 2 / math.pi * math.asin(math.sqrt(reliability))

@@ -906,6 +906,8 @@ def test_the_supernet_trust_sentence_speaks_of_the_ceiling():
     assert trust_level({**a, "kendall_tau_low": 0.4}) == "prescreen"  # its interval reaches under 0.5
     assert trust_level({**a, "kendall_tau_low": -0.1}) == "none"
     assert "ranking by applied layers alone: τ = 0.79" in trust_sentence({**a, "depth_tau": 0.79})
+    assert "a perfect ranking against all 5 seeds: about 0.85)" in trust_sentence(
+        {**a, "truth_seeds": 5, "ceiling_tau_full": 0.852})
 
 
 def test_the_depth_baseline_is_kendalls_tau_b_of_applied_layers_by_hand():

@@ -183,7 +183,7 @@ def test_the_quick_tau_and_rho_of_the_bootstrap_equal_scipys():
 
 
 def test_the_ceiling_is_the_tau_between_two_halves_of_the_seeds_by_hand():
-    from searchmaps.stability import seed_splits, split_half_agreement
+    from searchmaps.stability import full_study_ceiling, seed_splits, split_half_agreement
 
     assert seed_splits(4) == [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))]
     assert len(seed_splits(5)) == 15 and seed_splits(1) == [] and len(seed_splits(10)) == 126
@@ -199,6 +199,12 @@ def test_the_ceiling_is_the_tau_between_two_halves_of_the_seeds_by_hand():
     assert got["ceiling_top_agreement"] == pytest.approx(2 / 3)  # 01|23 pick x and y; the others y and y
     # 01|23: B's loss of A's pick x is 0, its best -2 (regret 2); A's of B's pick y is 1, its best 0 (1)
     assert got["ceiling_regret"] == pytest.approx((2 + 1) / 6)
+    # tau 0.5 between halves of 2: r = sin(pi/4); all 4 seeds (k = 2): R = 2r / (1 + r); tau = 2/pi asin(sqrt R)
+    r = math.sin(math.pi / 4)
+    assert full_study_ceiling(0.5, 2, 4) == pytest.approx(2 / math.pi * math.asin(math.sqrt(2 * r / (1 + r))))
+    assert full_study_ceiling(0.5, 2, 4) == pytest.approx(0.7281, abs=1e-4) and full_study_ceiling(1, 2, 5) == 1
+    assert got["ceiling_tau_full"] == pytest.approx(full_study_ceiling(7 / 9, 2, 4))
+    assert math.isnan(full_study_ceiling(-0.1, 2, 4))
     one = split_half_agreement(truth.iloc[:1], k=1)
     assert math.isnan(one["ceiling_tau"]) and one["ceiling_splits"] == 0
 

@@ -108,7 +108,10 @@ def trust_sentence(a: dict) -> str:
         share = f"{tau / ceiling:.0%} of the ceiling {ceiling:.2f}" if ceiling > 0 else f"the ceiling being {ceiling:.2f}"
         head = (f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}), {share} — the τ between two halves of the "
                 f"stand-alone seeds ({half} against {half}, mean of {int(a['ceiling_splits'])} splits, "
-                f"{a['ceiling_tau_low']:.2f} to {a['ceiling_tau_high']:.2f}); Spearman's ρ = {a['spearman_rho']:.2f}")
+                f"{a['ceiling_tau_low']:.2f} to {a['ceiling_tau_high']:.2f}"
+                + (f"; a perfect ranking against all {int(a['truth_seeds'])} seeds: about {a['ceiling_tau_full']:.2f}"
+                   if math.isfinite(a.get("ceiling_tau_full", float("nan"))) and "truth_seeds" in a else "")
+                + f"); Spearman's ρ = {a['spearman_rho']:.2f}")
         if math.isfinite(a.get("depth_tau", float("nan"))):
             head += f"; ranking by applied layers alone: τ = {a['depth_tau']:.2f}"
         top = f" (two halves of the seeds: {a['ceiling_top_agreement']:.0%})"
