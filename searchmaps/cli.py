@@ -346,9 +346,11 @@ def build_search_parser() -> Parser:
                         "(plus the baseline) for the seeded stand-alone study")
     w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
     w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
-    w.add_argument("--sampling", choices=("uniform", "sandwich"), default="uniform",
-                   help="the map each supernet step runs: uniform over the feasible maps, or sandwich (the cheapest, "
-                        "the most expensive and a random one in turn)")
+    w.add_argument("--sampling", choices=("uniform", "sandwich", "fair"), default="uniform",
+                   help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
+                        "the most expensive and a random one in turn), or fair (every layer's repeat values "
+                        "equally often, FairNAS)")
+    add_split_args(w)
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-report", action="store_true", help="skip the report at the end")
@@ -407,12 +409,30 @@ def parse_map(text: str, n_layers: int, flag: str) -> ReuseMap:
     except ConfigError as exc:
         raise ConfigError(f"{flag}: {str(exc).removeprefix('--map: ').removeprefix('--map ')}") from None
 
+def add_split_args(w) -> None:
+    """--split and --split-budget (few-shot sub-supernets, searchmaps.supernet.split)."""
+    w.add_argument("--split", choices=("none", "depth"), default="none",
+                   help="none: one supernet over every map; depth: one per group of maps with the same number of "
+                        "applied layers, each map scored by its group's (default none)")
+    w.add_argument("--split-budget", choices=("shared", "full"), default="shared",
+                   help="with --split depth: shared divides the supernet's tokens (or training FLOPs) evenly among "
+                        "the groups, same cost as one supernet; full gives every group all of it (default shared)")
+
+
 def check_supernet_args(args: argparse.Namespace) -> None:
     """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet)."""
     if args.supernet_seeds < 1:
         raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
     if args.keep < 1:
         raise ConfigError(f"--keep must be at least 1, got {args.keep}")
+    check_split_args(args)
+
+
+def check_split_args(args: argparse.Namespace) -> None:
+    """Inside a depth group every map costs the same: sandwich sampling has no extremes there."""
+    if getattr(args, "split", "none") != "none" and args.sampling == "sandwich":
+        raise ConfigError("--sampling sandwich trains the cheapest and the dearest map in turn, and inside a --split "
+                          "depth group every map costs the same: use --sampling uniform or fair with --split depth")
 
 def default_study_name(plan: SearchPlan) -> str:
     t = plan.space.train

@@ -88,6 +88,21 @@ def _tau_rho(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
         return float(stats.kendalltau(a, b).statistic), float(stats.spearmanr(a, b).statistic)
 
 
+def _tau_rho_small(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """:func:`_tau_rho` without scipy's per-call overhead, for the few candidates a
+    bootstrap loop ranks thousands of times: Kendall's τ-b from the signs of all pairs,
+    Spearman's ρ as Pearson's r of average ranks (ties as scipy treats them; equal to it
+    up to rounding, tested)."""
+    iu = np.triu_indices(len(a), 1)
+    sa, sb = np.sign(a[:, None] - a[None, :])[iu], np.sign(b[:, None] - b[None, :])[iu]
+    den = math.sqrt(float((sa * sa).sum() * (sb * sb).sum()))
+    tau = float((sa * sb).sum() / den) if den else float("nan")
+    ra, rb = stats.rankdata(a), stats.rankdata(b)
+    ra, rb = ra - ra.mean(), rb - rb.mean()
+    den = math.sqrt(float((ra * ra).sum() * (rb * rb).sum()))
+    return tau, float((ra * rb).sum() / den) if den else float("nan")
+
+
 # --------------------------------------------------------------------------- ranks
 
 
@@ -677,7 +692,11 @@ def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val
       top holds);
     - ``pick`` (the proxy's best) and its ``regret``: the truth's mean for the pick minus the
       truth's best mean (metric units; 0 when the proxy picks the truth's best), with
-      ``regret_ppl`` in perplexity when the metric is a loss in nats."""
+      ``regret_ppl`` in perplexity when the metric is a loss in nats; ``regret_low`` and
+      ``regret_high`` its 95 % bootstrap interval (the same draws as τ's);
+    - the ceiling: :func:`split_half_agreement` of the truth over the shared candidates
+      (``ceiling_tau`` and its spread over splits, ``ceiling_top_agreement``,
+      ``ceiling_regret``), and ``tau_share``, the proxy's τ as a fraction of ``ceiling_tau``."""
     from .stats import to_matrix
     from .topgroup import top_group
 
@@ -688,13 +707,15 @@ def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val
         raise ValueError(f"the proxy and the stand-alone rows share {len(names)} candidate(s); need two or more")
     p, t = p[names].dropna(axis=0, how="any"), t[names]
     pm, tm = p.mean().to_numpy(), t.mean().to_numpy()
-    tau, rho = _tau_rho(pm, tm)
+    tau, rho = _tau_rho_small(pm, tm)
     rng = np.random.default_rng(random_state)
-    draws = []
+    draws, regrets = [], []
     for _ in range(n_boot):
         pi = rng.integers(0, len(p), size=len(p))
         ti = rng.integers(0, len(t), size=len(t))
-        draws.append(_tau_rho(p.to_numpy()[pi].mean(axis=0), t.to_numpy()[ti].mean(axis=0)))
+        pb, tb = p.to_numpy()[pi].mean(axis=0), t.to_numpy()[ti].mean(axis=0)
+        draws.append(_tau_rho_small(pb, tb))
+        regrets.append(tb[int(np.argmin(pb))] - tb.min())  # the same draws: no change to the τ interval
     draws = np.array(draws)
     group = top_group(t, rule, alpha) if len(t) >= 2 else [names[int(np.argmin(tm))]]
     proxy_top = [names[i] for i in np.argsort(pm, kind="stable")[: len(group)]]
@@ -707,6 +728,88 @@ def proxy_agreement(proxy: pd.DataFrame, truth: pd.DataFrame, metric: str = "val
            "regret": regret}
     (out["kendall_tau_low"], out["kendall_tau_high"]), (out["spearman_rho_low"], out["spearman_rho_high"]) = \
         _interval(draws[:, 0]), _interval(draws[:, 1])
+    out["regret_low"], out["regret_high"] = _interval(np.array(regrets))
     if metric == "val_loss":
         out["regret_ppl"] = float(math.exp(tm[names.index(pick)]) - math.exp(tm.min()))
+    ceiling = split_half_agreement(t, len(group), n_splits=n_boot, random_state=random_state)
+    out.update(ceiling)
+    out["tau_share"] = tau / ceiling["ceiling_tau"] if ceiling["ceiling_tau"] > 0 else float("nan")
     return out
+
+
+def seed_splits(n_seeds: int, n_splits: int = N_BOOT, random_state=0) -> list[tuple[tuple, tuple]]:
+    """Ways to cut ``n_seeds`` seeds (positions 0..n-1) into two disjoint halves of
+    ``n_seeds // 2`` each (one seed left out when the count is odd): every distinct split
+    when there are at most ``n_splits`` of them (4 seeds: 3; 5 seeds: 15; 10 seeds: 126),
+    else ``n_splits`` random ones (a half and its mirror count as one split)."""
+    half = n_seeds // 2
+    if half < 1:
+        return []
+    every = [(a, b) for a in itertools.combinations(range(n_seeds), half)
+             for b in itertools.combinations([s for s in range(n_seeds) if s not in a], half) if a < b]
+    if len(every) <= n_splits:
+        return every
+    rng = np.random.default_rng([random_state, 0x5117])
+    out = []
+    for _ in range(n_splits):
+        order = rng.permutation(n_seeds)
+        a, b = tuple(sorted(order[:half].tolist())), tuple(sorted(order[half:2 * half].tolist()))
+        out.append((a, b) if a < b else (b, a))
+    return out
+
+
+def split_half_agreement(truth: pd.DataFrame, k: int = 1, n_splits: int = N_BOOT, random_state=0) -> dict:
+    """The ceiling of any proxy's agreement with a stand-alone study: how well the study
+    agrees with itself. ``truth`` is a ``seeds x candidates`` matrix (paired seeds; lower is
+    better). Over the splits of :func:`seed_splits`, each half's per-candidate means are
+    ranked against the other half's:
+
+    - ``ceiling_tau``: the mean Kendall τ between the halves, with ``ceiling_tau_low`` and
+      ``ceiling_tau_high`` the 2.5 and 97.5 percentiles over the splits;
+    - ``ceiling_top_agreement``: the mean share of one half's top ``k`` that the other
+      half's top ``k`` holds (``k``: the size of the whole study's top group);
+    - ``ceiling_regret``: the mean over splits (both directions) of one half's stand-alone
+      loss for the other half's best, minus its own best;
+    - ``ceiling_splits`` and ``ceiling_half_seeds``: how many splits, seeds per half;
+    - ``ceiling_tau_full``: the τ a perfect ranking would reach against the mean of *all*
+      the seeds, from ``ceiling_tau`` by the normal-theory relation r = sin(πτ/2), the
+      Spearman-Brown step from a half's seeds to all of them (R = k·r / (1 + (k-1)·r),
+      k = seeds / half) and the attenuation a perfect predictor meets (τ = (2/π)·asin(√R)).
+
+    Each half has half the seeds, so its means are noisier than the whole study's: the
+    split-half ceiling is the agreement of two half-studies, a low estimate of how well the
+    full study's ranking could be matched (a proxy can exceed it); ``ceiling_tau_full``
+    is the model-based estimate of that (NaN with fewer than two seeds, or a ceiling at or
+    below 0)."""
+    mat = np.asarray(truth, dtype=float)
+    splits = seed_splits(mat.shape[0], n_splits, random_state)
+    nan = float("nan")
+    if not splits or mat.shape[1] < 2:
+        return {"ceiling_tau": nan, "ceiling_tau_low": nan, "ceiling_tau_high": nan, "ceiling_top_agreement": nan,
+                "ceiling_regret": nan, "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2,
+                "ceiling_tau_full": nan}
+    taus, tops, regrets = [], [], []
+    for a, b in splits:
+        ma, mb = mat[list(a)].mean(axis=0), mat[list(b)].mean(axis=0)
+        taus.append(_tau_rho(ma, mb)[0])
+        ta, tb = set(np.argsort(ma, kind="stable")[:k]), set(np.argsort(mb, kind="stable")[:k])
+        tops.append(len(ta & tb) / k)
+        regrets += [mb[int(np.argmin(ma))] - mb.min(), ma[int(np.argmin(mb))] - ma.min()]
+    taus = np.array(taus)
+    lo, hi = _interval(taus)
+    tau = float(np.nanmean(taus))
+    return {"ceiling_tau": tau, "ceiling_tau_low": lo, "ceiling_tau_high": hi,
+            "ceiling_top_agreement": float(np.mean(tops)), "ceiling_regret": float(np.mean(regrets)),
+            "ceiling_splits": len(splits), "ceiling_half_seeds": mat.shape[0] // 2,
+            "ceiling_tau_full": full_study_ceiling(tau, mat.shape[0] // 2, mat.shape[0])}
+
+
+def full_study_ceiling(split_tau: float, half: int, seeds: int) -> float:
+    """The τ a perfect ranking reaches against the mean of ``seeds`` seeds when two halves
+    of ``half`` seeds agree at ``split_tau`` (normal theory; see :func:`split_half_agreement`)."""
+    if not split_tau > 0:
+        return float("nan")
+    r = math.sin(math.pi * split_tau / 2)
+    k = seeds / half
+    reliability = k * r / (1 + (k - 1) * r)
+    return 2 / math.pi * math.asin(math.sqrt(reliability))

@@ -891,6 +891,38 @@ def test_the_supernet_trust_sentence_states_regret_in_nats_with_perplexity_for_d
     assert "regret 0.0123 nats)" in trust_sentence(a)
 
 
+def test_the_supernet_trust_sentence_speaks_of_the_ceiling():
+    from searchmaps.report.supernet import trust_level, trust_sentence
+
+    a = {"kendall_tau": 0.6, "kendall_tau_low": 0.52, "kendall_tau_high": 0.8, "spearman_rho": 0.7,
+         "n_candidates": 9, "pick": "1,2", "truth_best": "1,2", "regret": 0.0, "regret_low": 0.0, "regret_high": 0.02,
+         "top_group": "1,2;2,1", "top_agreement": 0.5, "ceiling_tau": 0.75, "ceiling_tau_low": 0.5,
+         "ceiling_tau_high": 0.9, "ceiling_splits": 15, "ceiling_half_seeds": 2, "ceiling_top_agreement": 0.7,
+         "ceiling_regret": 0.01}
+    s = trust_sentence(a)
+    assert "80% of the ceiling 0.75" in s and "2 against 2, mean of 15 splits" in s and "stand in" in s
+    assert "(two halves of the seeds: 70%)" in s and "95 % CI 0 to 0.02 nats" in s
+    assert trust_level({**a, "kendall_tau": 0.59}) == "prescreen"  # under 80 % of the ceiling
+    assert trust_level({**a, "kendall_tau_low": 0.4}) == "prescreen"  # its interval reaches under 0.5
+    assert trust_level({**a, "kendall_tau_low": -0.1}) == "none"
+    assert "ranking by applied layers alone: τ = 0.79" in trust_sentence({**a, "depth_tau": 0.79})
+    assert "a perfect ranking against all 5 seeds: about 0.85)" in trust_sentence(
+        {**a, "truth_seeds": 5, "ceiling_tau_full": 0.852})
+
+
+def test_the_depth_baseline_is_kendalls_tau_b_of_applied_layers_by_hand():
+    import math
+
+    import pandas as pd
+
+    from searchmaps.report.supernet import depth_tau
+
+    scores = pd.DataFrame({"candidate": ["a", "b", "c", "d"], "applied_layers": [4, 5, 5, 8], "val_loss": 0.0})
+    runs = pd.DataFrame({"candidate": list("abcdabcd"), "val_loss": [1, 2, 3, 2.5, 1, 2, 3, 2.5]})
+    # pairs: ab ac ad concordant, bc tied in depth, bd concordant, cd discordant: (4 - 1) / sqrt(5 * 6)
+    assert depth_tau(scores, runs) == pytest.approx(3 / math.sqrt(30))
+
+
 # ---------------------------------------------------------------------------- figures
 
 

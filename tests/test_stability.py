@@ -163,6 +163,50 @@ def test_a_proxy_checked_against_stand_alone_training_by_hand():
     assert got["regret"] == pytest.approx(0.1) and got["regret_ppl"] == pytest.approx(math.exp(2.115) - math.exp(2.015))
     assert got["top_group"] == "a" and got["proxy_top"] == "b" and got["top_agreement"] == 0.0
     assert got["kendall_tau_low"] <= got["kendall_tau"] <= got["kendall_tau_high"]
+    assert got["regret_low"] == pytest.approx(0.1) and got["regret_high"] == pytest.approx(0.1)  # always picks b
+    # every seed ranks a < b < c < d: two halves of the seeds always agree, so the ceiling is 1
+    assert got["ceiling_tau"] == pytest.approx(1) and got["ceiling_splits"] == 3 and got["ceiling_half_seeds"] == 2
+    assert got["tau_share"] == pytest.approx(4 / 6) and got["ceiling_top_agreement"] == 1.0
+    assert got["ceiling_regret"] == 0.0
+
+
+def test_the_quick_tau_and_rho_of_the_bootstrap_equal_scipys():
+    from searchmaps.stability import _tau_rho, _tau_rho_small
+
+    rng = np.random.default_rng(3)
+    for n in (2, 3, 11, 40):
+        for _ in range(20):
+            a, b = rng.normal(size=n), rng.normal(size=n)
+            a[: n // 3] = a[0]  # ties, as scipy's tau-b and average ranks treat them
+            assert _tau_rho_small(a, b) == pytest.approx(_tau_rho(a, b), abs=1e-12)
+    assert all(math.isnan(x) for x in _tau_rho_small(np.ones(4), np.arange(4.0)))
+
+
+def test_the_ceiling_is_the_tau_between_two_halves_of_the_seeds_by_hand():
+    from searchmaps.stability import full_study_ceiling, seed_splits, split_half_agreement
+
+    assert seed_splits(4) == [((0, 1), (2, 3)), ((0, 2), (1, 3)), ((0, 3), (1, 2))]
+    assert len(seed_splits(5)) == 15 and seed_splits(1) == [] and len(seed_splits(10)) == 126
+    for a, b in seed_splits(9, n_splits=20):  # more splits than asked: random ones, disjoint halves of 4
+        assert len(a) == len(b) == 4 and not set(a) & set(b)
+    # seeds 0-1 rank x < y < z, seeds 2-3 put y first (y = -2)
+    truth = pd.DataFrame({"x": [0, 0, 0, 0], "y": [1, 1, -2, -2], "z": [2, 2, 2, 2]}, dtype=float)
+    got = split_half_agreement(truth, k=1)
+    # 01|23: halves x<y<z and y<x<z, one pair of three swapped: tau = (2 - 1) / 3;
+    # 02|13 and 03|12: both halves have y = -0.5, so y<x<z twice: tau = 1
+    assert got["ceiling_tau"] == pytest.approx((1 / 3 + 1 + 1) / 3)
+    assert got["ceiling_tau_low"] == pytest.approx(1 / 3 + 0.05 * (2 / 3)) and got["ceiling_tau_high"] == 1
+    assert got["ceiling_top_agreement"] == pytest.approx(2 / 3)  # 01|23 pick x and y; the others y and y
+    # 01|23: B's loss of A's pick x is 0, its best -2 (regret 2); A's of B's pick y is 1, its best 0 (1)
+    assert got["ceiling_regret"] == pytest.approx((2 + 1) / 6)
+    # tau 0.5 between halves of 2: r = sin(pi/4); all 4 seeds (k = 2): R = 2r / (1 + r); tau = 2/pi asin(sqrt R)
+    r = math.sin(math.pi / 4)
+    assert full_study_ceiling(0.5, 2, 4) == pytest.approx(2 / math.pi * math.asin(math.sqrt(2 * r / (1 + r))))
+    assert full_study_ceiling(0.5, 2, 4) == pytest.approx(0.7281, abs=1e-4) and full_study_ceiling(1, 2, 5) == 1
+    assert got["ceiling_tau_full"] == pytest.approx(full_study_ceiling(7 / 9, 2, 4))
+    assert math.isnan(full_study_ceiling(-0.1, 2, 4))
+    one = split_half_agreement(truth.iloc[:1], k=1)
+    assert math.isnan(one["ceiling_tau"]) and one["ceiling_splits"] == 0
 
 
 def test_a_crossing_the_fits_already_make_inside_the_data_is_not_dated():

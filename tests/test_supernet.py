@@ -71,6 +71,9 @@ def test_training_flops_count_the_maps_that_ran(corpus, space):
     matched = train_supernet(space, 1e12, flop_spec, corpus=corpus, maps=MAPS, score=False)
     mean_cost = sum(flops.train_flops_per_token(spec.model.with_map(m)) for m in MAPS) / len(MAPS)
     assert matched.record.steps == int(budget // (mean_cost * 128))
+    fair_cost = sum(flops.train_flops_per_token(spec.model.with_map(m)) for m in map_sequence(MAPS, 2000, 0, "fair"))
+    fair = train_supernet(space, 1e12, flop_spec, "fair", corpus=corpus, maps=MAPS, score=False)
+    assert fair.record.steps == int(budget // (fair_cost / 2000 * 128))
 
 
 def test_only_prenorm_weights_can_serve_every_map(corpus, space):
@@ -166,3 +169,155 @@ def test_validating_against_a_folder_that_is_not_there_is_one_line_and_makes_not
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.supernet: error: --validate-against: /nonexistent")
     assert not results.exists()
+
+
+# ---------------------------------------------------------------------------- fair sampling, split by depth
+
+
+def _ilr_blocks(seq, b):
+    ilr = [m.repeats for m in seq if not m.is_block]
+    return [ilr[i:i + b] for i in range(0, len(ilr) - b + 1, b)]
+
+
+def test_fair_sampling_trains_each_layers_values_equally_often_over_every_block():
+    from collections import Counter
+
+    from searchmaps.supernet.fair import block_length, layer_choices
+
+    # layer 1 takes 1, 2, 3 and layer 2 takes 1, 2: blocks of lcm(3, 2) = 6 steps. 3,2 and
+    # 3,3 are not in the space, so the two 3s of a block must pair with 1s: swaps find it
+    assert layer_choices(MAPS) == [[1, 2, 3], [1, 2]] and block_length(layer_choices(MAPS)) == 6
+    seq = map_sequence(MAPS, 60, 0, "fair")
+    assert seq == map_sequence(MAPS, 60, 0, "fair") != map_sequence(MAPS, 60, 1, "fair") and set(seq) <= set(MAPS)
+    for block in _ilr_blocks(seq, 6):
+        assert Counter(r[0] for r in block) == {1: 2, 2: 2, 3: 2} and Counter(r[1] for r in block) == {1: 3, 2: 3}
+    # a product space with a block map: the block map runs at its share (1 of 10), the rest is balanced
+    product = [ReuseMap((a, b)) for a in (1, 2, 3) for b in (1, 2, 3)] + [ReuseMap((1, 1), 2)]
+    seq = map_sequence(product, 1000, 2, "fair")
+    assert 60 < sum(m.is_block for m in seq) < 140
+    for block in _ilr_blocks(seq, 3):
+        assert sorted(r[0] for r in block) == [1, 2, 3] == sorted(r[1] for r in block)
+    # no balanced block exists (layer 2's 2 goes only with layer 1's 1): every step still feasible
+    odd = [ReuseMap.parse(m, 2) for m in ("1,1", "2,1", "1,2", "3,1")]
+    seq = map_sequence(odd, 120, 0, "fair")
+    assert set(seq) == set(odd)  # every map trained, none outside the space
+
+
+def test_a_depth_split_trains_one_supernet_per_group_and_scores_every_map_once(corpus, space):
+    from searchmaps.supernet.split import depth_groups, split_rows, train_split
+
+    spec = tiny_spec("1,1", seed=1, tokens=2048)  # 16 steps of 128 tokens
+    groups = depth_groups(MAPS)
+    assert {k: [str(m) for m in v] for k, v in groups.items()} == {2: ["1,1"], 3: ["2,1", "1,2"], 4: ["2,2", "3,1"]}
+    shared = train_split(space, 1e12, spec, maps=MAPS)
+    assert [set(r.scores) for r in shared] == [set(g) for g in groups.values()]  # each group's maps only
+    assert [r.record.steps for r in shared] == [5, 5, 5]  # 16 steps shared by 3 groups, whole steps each
+    # the group of one map is that map's stand-alone training at the group's horizon, bit for bit
+    alone = train(tiny_spec("1,1", seed=1, tokens=640), corpus)
+    assert shared[0].scores == {ReuseMap((1, 1)): alone.val_loss}
+    rows = split_rows(shared, space, spec, "shared")
+    assert sorted(r["map"] for r in rows) == sorted(str(m) for m in MAPS)  # every map once
+    assert {r["supernet_steps"] for r in rows} == {15} and {r["supernet_groups"] for r in rows} == {3}
+    assert {r["supernet_train_flops"] for r in rows} == {sum(r.record.train_flops for r in shared)}  # cost summed
+    assert {r["group"]: r["group_steps"] for r in rows} == {2: 5, 3: 5, 4: 5}
+    full = train_split(space, 1e12, spec, split_budget="full", maps=MAPS)
+    assert [r.record.steps for r in full] == [16, 16, 16]
+
+
+def test_split_and_sampling_names_are_checked_in_one_line(space_file, tmp_path, capsys):
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    for flag, value in (("--split", "width"), ("--sampling", "fairest"), ("--split-budget", "half")):
+        with pytest.raises(SystemExit) as exit_:
+            main(supernet_args(space_file, results, "--study", "sn", flag, value))
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert exit_.value.code == 2 and len(lines) == 1 and flag in lines[0] and value in lines[0]
+    assert main(supernet_args(space_file, results, "--study", "sn", "--split", "depth", "--sampling", "sandwich")) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and "--sampling sandwich" in lines[0] and "--split" in lines[0]
+    assert not results.exists()
+
+
+def test_the_supernet_command_splits_by_depth_and_samples_fairly(space_file, tmp_path):
+    import pandas as pd
+
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    assert main(supernet_args(space_file, results, "--study", "split", "--split", "depth", "--sampling", "fair",
+                              "--supernet-seeds", "1")) == 0
+    scores = pd.read_csv(results / "split" / "supernet.csv", dtype={"map": str})
+    # 1,1 | 2,1 1,2 | 3,1 2,2 1,3 block:2 (block:2 applies 4 layers): 3 groups, every map once
+    assert sorted(scores["map"]) == sorted(["1,1", "2,1", "1,2", "3,1", "2,2", "1,3", "block:2"])
+    assert set(scores["group"]) == {2, 3, 4} and (scores["supernet_groups"] == 3).all()
+    assert (scores["split"] == "depth").all() and (scores["sampling"] == "fair").all()
+    assert scores.groupby("group")["group_steps"].first().sum() == scores["supernet_steps"].iloc[0] == 15
+    assert "Split by depth: each seed is 3 sub-supernets" in (results / "split" / "report.html").read_text()
+    key = json.loads((results / "split" / "supernet.json").read_text())["key"]
+    assert key["split"] == "depth" and key["split_budget"] == "shared"
+    # without --split the key, and so every existing supernet.csv, is as before
+    assert main(supernet_args(space_file, results, "--study", "plain", "--supernet-seeds", "1")) == 0
+    assert "split" not in json.loads((results / "plain" / "supernet.json").read_text())["key"]
+    assert "split" not in pd.read_csv(results / "plain" / "supernet.csv").columns
+
+
+# ---------------------------------------------------------------------------- landmarks
+
+
+def test_landmarks_spread_over_depth_and_an_affine_depth_bias_is_undone_by_hand():
+    import pandas as pd
+
+    from searchmaps.supernet.landmarks import calibrate, choose, fit
+
+    applied = {"a": 2, "b": 3, "c": 3, "d": 4, "e": 5}
+    assert choose(list(applied), applied, 2) == ["a", "e"]  # the cheapest and the deepest
+    assert choose(list(applied), applied, 3) == ["a", "c", "e"]  # positions 0, 2, 4 of a b c d e
+    # stand-alone loss = supernet score + 0.5 - 0.25 x applied layers: the supernet favours the deep maps
+    truth_mean = {"a": 3.0, "b": 3.2, "c": 3.1, "d": 2.9, "e": 2.8}
+    scores = pd.DataFrame([{"candidate": c, "seed": s, "applied_layers": applied[c],
+                            "val_loss": truth_mean[c] - 0.5 + 0.25 * applied[c] + 0.01 * s}
+                           for c in applied for s in range(2)])
+    truth = pd.DataFrame([{"candidate": c, "seed": s, "val_loss": m} for c, m in truth_mean.items() for s in range(3)])
+    a, b = fit(scores, truth, ["a", "e"])  # gaps: a: 0.5 - 0.5 - 0.005 = -0.005, e: 0.5 - 1.25 - 0.005
+    assert (a, b) == (pytest.approx(0.5 - 0.005), pytest.approx(-0.25))
+    fixed, rest, info = calibrate(scores, truth, 2)
+    assert set(rest["candidate"]) == {"b", "c", "d"} and info["landmark_maps"] == "a;e"
+    means = fixed.groupby("candidate")["val_loss"].mean()
+    assert means.to_dict() == pytest.approx(truth_mean)  # every map's stand-alone loss, landmarks or not
+
+
+def test_landmarks_bad_input_is_one_line_and_makes_nothing(space_file, tmp_path, capsys):
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    for extra, said in ((["--landmarks", "8"], "--landmarks 8 is larger than the space (7 feasible maps)"),
+                        (["--landmarks", "1"], "--landmarks needs --validate-against"),
+                        (["--landmarks", "-1"], "--landmarks must be at least 0")):
+        assert main(supernet_args(space_file, results, "--study", "sn", *extra)) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], lines
+    assert not results.exists()
+
+
+def test_the_supernet_command_calibrates_on_landmarks_and_validates_on_the_rest(space_file, tmp_path, corpus, capsys):
+    import pandas as pd
+
+    from searchmaps.results import RunsFile
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    truth = results / "alone"
+    truth.mkdir(parents=True)
+    RunsFile(truth / "runs.csv").append(
+        [train(tiny_spec(m, tokens=256), corpus) for m in ("1,1", "2,1", "1,2", "2,2")])  # one seed: quick
+    argv = supernet_args(space_file, results, "--study", "marked", "--supernet-seeds", "1", "--validate-against",
+                         str(truth), "--landmarks", "2")
+    assert main(argv) == 0
+    val = pd.read_csv(results / "marked" / "supernet_validation.csv")
+    assert val["landmark_maps"].item() == "1,1|rope;2,2|rope" and val["n_candidates"].item() == 2
+    assert "landmark" in (results / "marked" / "report.html").read_text()
+    raw = pd.read_csv(results / "marked" / "supernet.csv", dtype={"map": str})  # supernet.csv keeps the raw scores
+    assert "landmark" not in " ".join(raw.columns)
+    assert main(argv[:-1] + ["3"]) == 2  # 4 shared maps: 3 landmarks would leave one to validate on
+    assert "--landmarks 3 leaves 1 of the 4 maps" in capsys.readouterr().err

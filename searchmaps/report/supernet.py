@@ -60,21 +60,69 @@ def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE,
     shared = set(scores["candidate"]) & set(runs["candidate"])
     if len(shared) < 2:
         return None
-    return stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+    out = stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+    if "applied_layers" in scores.columns:
+        out["depth_tau"] = depth_tau(scores, runs)
+    return out
+
+
+def depth_tau(scores: pd.DataFrame, runs: pd.DataFrame) -> float:
+    """The baseline a supernet must beat: Kendall's τ-b between the shared maps' applied
+    layers (fewer ranked better, ties kept) and their stand-alone mean losses."""
+    from scipy import stats as st
+
+    depth = scores.groupby("candidate")["applied_layers"].first()
+    truth = runs.groupby("candidate")["val_loss"].mean()
+    names = sorted(set(depth.index) & set(truth.index))
+    return float(st.kendalltau(depth[names].to_numpy(), truth[names].to_numpy()).statistic)
+
+
+def trust_level(a: dict) -> str:
+    """``stand-in`` when τ reaches 80 % of the ceiling with its lower bound above 0.5 (the
+    goal of issue 25; without a ceiling, the lower bound alone above 0.6), ``prescreen`` when
+    the lower bound is above 0, else ``none``."""
+    tau, lo = a["kendall_tau"], a["kendall_tau_low"]
+    ceiling = a.get("ceiling_tau", float("nan"))
+    if math.isfinite(ceiling):
+        good = lo > 0.5 and tau >= 0.8 * ceiling - 1e-9  # 0.8 * 0.75 is 0.6000000000000001
+    else:
+        good = lo > 0.6
+    return "stand-in" if good else "prescreen" if lo > 0 else "none"
 
 
 def trust_sentence(a: dict) -> str:
-    """How far the supernet can be trusted in this study, in one sentence."""
+    """How far the supernet can be trusted in this study, in one sentence: its τ beside the
+    ceiling (the τ between two halves of the stand-alone seeds), top-k overlap and regret."""
     tau, lo, hi = a["kendall_tau"], a["kendall_tau_low"], a["kendall_tau_high"]
-    level = ("its ranking can stand in for stand-alone training here" if lo > 0.6 else
-             "it can prescreen (drop the clearly bad maps) but not rank the good ones" if lo > 0 else
-             "its ranking cannot be trusted here: choose maps by stand-alone training")
+    level = {"stand-in": "its ranking can stand in for stand-alone training here",
+             "prescreen": "it can prescreen (drop the clearly bad maps) but not rank the good ones",
+             "none": "its ranking cannot be trusted here: choose maps by stand-alone training"}[trust_level(a)]
     regret = f"{a['regret']:.3g} nats" + (f" ({a['regret_ppl']:.3g} perplexity)" if "regret_ppl" in a else "")
+    if math.isfinite(a.get("regret_low", float("nan"))):
+        regret += f", 95 % CI {a['regret_low']:.3g} to {a['regret_high']:.3g} nats"
     pick = "the stand-alone best itself" if a["pick"] == a["truth_best"] else f"`{a['pick']}`"
+    k = len(a["top_group"].split(";"))
+    ceiling = a.get("ceiling_tau", float("nan"))
+    has_ceiling = math.isfinite(ceiling)
+    if has_ceiling:
+        half = int(a["ceiling_half_seeds"])
+        share = f"{tau / ceiling:.0%} of the ceiling {ceiling:.2f}" if ceiling > 0 else f"the ceiling being {ceiling:.2f}"
+        head = (f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}), {share} — the τ between two halves of the "
+                f"stand-alone seeds ({half} against {half}, mean of {int(a['ceiling_splits'])} splits, "
+                f"{a['ceiling_tau_low']:.2f} to {a['ceiling_tau_high']:.2f}"
+                + (f"; a perfect ranking against all {int(a['truth_seeds'])} seeds: about {a['ceiling_tau_full']:.2f}"
+                   if math.isfinite(a.get("ceiling_tau_full", float("nan"))) and "truth_seeds" in a else "")
+                + f"); Spearman's ρ = {a['spearman_rho']:.2f}")
+        if math.isfinite(a.get("depth_tau", float("nan"))):
+            head += f"; ranking by applied layers alone: τ = {a['depth_tau']:.2f}"
+        top = f" (two halves of the seeds: {a['ceiling_top_agreement']:.0%})"
+        regret += f"; two halves of the seeds: {a['ceiling_regret']:.3g} nats"
+    else:
+        head = f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f})"
+        top = ""
     return (f"Against stand-alone training of the same {a['n_candidates']} maps, the supernet's ranking has Kendall's "
-            f"τ = {tau:.2f} (95 % CI {lo:.2f} to {hi:.2f}; Spearman's ρ = {a['spearman_rho']:.2f}); its pick is {pick} "
-            f"(regret {regret}), and its top {len(a['top_group'].split(';'))} hold "
-            f"{a['top_agreement']:.0%} of the stand-alone top group: {level}.")
+            f"{head}; its top {k} hold {a['top_agreement']:.0%} of the stand-alone top group{top}; its pick is {pick} "
+            f"(regret {regret}): {level}.")
 
 
 def pareto_figure(m: pd.DataFrame, budget: float | None = None, title: str = "Supernet: every feasible map"):
@@ -196,10 +244,13 @@ def budget_of(info: dict) -> float | None:
 
 
 def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = None, against: str | None = None,
-               rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None) -> Path:
+               rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None,
+               extra: dict | None = None) -> Path:
     """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
     Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
-    study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``."""
+    study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``
+    (``extra``: columns added to it, e.g. the landmarks of ``--landmarks``, which the page
+    states)."""
     study_dir = Path(study_dir)
     m = means(scores)
     agreement = validate(scores, truth, rule, alpha) if truth is not None else None
@@ -211,6 +262,7 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
               f"best of {len(m)} maps ({m['ppl'].iloc[0]:.3f} perplexity with the shared weights)."]
     files = {}
     if agreement is not None:
+        agreement.update(extra or {})
         files = validation_file(agreement, sampling)
         figures.append(("Supernet vs stand-alone training", scatter_figure(m, truth),
                         f"Each map also trained stand-alone in `{against}`: its supernet score against its "
@@ -227,14 +279,28 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                 f"tokens and {per_seed['supernet_train_flops'].mean():.3g} training FLOPs each; training took "
                 f"{per_seed['supernet_wall_s'].mean():.0f} s and scoring every map "
                 f"{per_seed['score_s'].mean():.0f} s per seed (mean).",
-                "Each step of a supernet runs one map; every map's score is its mean validation loss with the "
-                "shared weights on the fixed validation windows."]
+                "Each step of a supernet runs one map (with in-place distillation, the teacher and its students); "
+                "every map's score is its mean validation loss with the shared weights on the fixed validation "
+                "windows."]
     meta = study_dir / "supernet.json"
     protocol += method_sentences(scores, json.loads(meta.read_text()) if meta.is_file() else None)
+    if "supernet_groups" in scores.columns:  # --split depth
+        budget_word = {"shared": "the one supernet's budget shared among them",
+                       "full": "each the whole budget"}.get(str(scores["split_budget"].iloc[0]), "")
+        protocol.append(f"Split by depth: each seed is {int(scores['supernet_groups'].iloc[0])} sub-supernets, one per "
+                        f"number of applied layers, {budget_word}; each map is scored by its group's, and the steps, "
+                        f"tokens, FLOPs and seconds above are the seed's totals over its groups.")
+    if (extra or {}).get("landmarks"):
+        protocol.append(f"Scores corrected by {extra['landmarks']} stand-alone landmark(s) "
+                        f"({extra['landmark_maps'].replace(';', ', ')}): {extra['landmark_a']:+.4f} "
+                        f"{extra['landmark_b']:+.4f} x applied layers (nats), fitted to their stand-alone losses; "
+                        f"the validation leaves the landmarks out.")
     if agreement is not None:
         protocol.append(f"Stand-alone truth: the successful last-horizon rows of `{against}` "
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
-                        f"intervals: 95 % bootstrap over supernet and stand-alone seeds.")
+                        f"intervals: 95 % bootstrap over supernet and stand-alone seeds. The ceiling: the τ "
+                        f"between the mean losses of two disjoint halves of the stand-alone seeds, over every split "
+                        f"(or {stability.N_BOOT} random ones), with the spread over splits.")
     page = render_page(f"Supernet: {study_dir.name}",
                        [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])], protocol,
                        footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'

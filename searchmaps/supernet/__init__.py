@@ -5,8 +5,10 @@ A reuse map changes how often layers run, never which parameters exist, so every
 space is a sub-network of the same model. :func:`train_supernet` trains it through the
 ordinary trainer (:func:`searchmaps.train.train_ladder`: same schedule, data order,
 determinism and failure handling), each step running a map drawn from the space's
-feasible maps: ``uniform`` over them, or ``sandwich`` (the cheapest, the most expensive
-and a random map in turn, so the extremes are trained throughout). Trained on a single
+feasible maps: ``uniform`` over them, ``sandwich`` (the cheapest, the most expensive
+and a random map in turn, so the extremes are trained throughout), or ``fair`` (each
+layer's repeat values equally often, :mod:`searchmaps.supernet.fair`). ``--split depth``
+trains one per depth group instead (:mod:`searchmaps.supernet.split`). Trained on a single
 map it is exactly the stand-alone training of that map (tested bit for bit).
 
 :func:`score_maps` then evaluates every feasible map on the fixed validation windows.
@@ -40,7 +42,7 @@ from ..train import autocast, resolve_device, train_ladder, validation_batches
 from .distill import distill_plan, expected_cost, teacher_of
 from .finetune import finetune_scores, finetune_steps
 
-SAMPLINGS = ("uniform", "sandwich")
+SAMPLINGS = ("uniform", "sandwich", "fair")
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,10 +65,15 @@ def map_sequence(maps: Sequence[ReuseMap], steps: int, seed: int, sampling: str 
                  cost=None) -> list[ReuseMap]:
     """The map each training step runs, a function of ``seed`` alone (its own random
     stream, apart from the data order). ``sandwich`` cycles cheapest, most expensive and a
-    uniform draw (``cost``: a map's cost, default its applied layers)."""
+    uniform draw (``cost``: a map's cost, default its applied layers); ``fair`` trains every
+    layer's repeat values equally often (:mod:`searchmaps.supernet.fair`)."""
     if sampling not in SAMPLINGS:
         raise ConfigError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
     maps = list(maps)
+    if sampling == "fair":
+        from .fair import fair_sequence
+
+        return fair_sequence(maps, steps, np.random.default_rng([seed, 0xFA]))
     rng = np.random.default_rng([seed, 0x5E])
     draws = [maps[i] for i in rng.integers(0, len(maps), size=steps)]
     if sampling == "uniform":
@@ -143,6 +150,8 @@ def train_supernet(space: Space, budget_flops: float, spec: TrialSpec, sampling:
 def _expected_cost(maps, sampling: str, cost: dict) -> float:
     if sampling == "uniform":
         return float(np.mean([cost[m] for m in maps]))
+    if sampling == "fair":  # the mean over a long fair sequence (the record counts the maps that ran)
+        return float(np.mean([cost[m] for m in map_sequence(maps, 2000, 0, "fair")]))
     low, high = min(cost.values()), max(cost.values())
     return (low + high + float(np.mean(list(cost.values())))) / 3
 
@@ -225,15 +234,21 @@ def method_columns(result: SupernetResult, m: ReuseMap, spec: TrialSpec) -> dict
 
 
 def _one_seed(job):
-    space, budget, spec, sampling, progress, methods, columns = job
-    result = train_supernet(space, budget, spec, sampling, progress=progress, **methods)
-    return result, [{**row, **columns} for row in score_rows(result, space, spec)]
+    space, budget, spec, sampling, progress, methods, columns, split = job
+    if split["split"] != "none":  # few-shot sub-supernets, one per depth group
+        from .split import one_seed
+
+        result, rows = one_seed(space, budget, spec, sampling, split["split_budget"], progress=progress, **methods)
+    else:
+        result = train_supernet(space, budget, spec, sampling, progress=progress, **methods)
+        rows = score_rows(result, space, spec)
+    return result, [{**row, **columns} for row in rows]
 
 
 def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[TrialSpec], sampling: str,
                   workers: int = 1, progress: bool = False, log=None, distill: bool = False,
                   finetune_tokens: int = 0, info: dict | None = None, columns: dict | None = None,
-                  tolerate_failures: bool = False):
+                  tolerate_failures: bool = False, split: str = "none", split_budget: str = "shared"):
     """``supernet.csv`` in ``study_dir`` with every seed of ``specs`` (one spec per supernet
     seed; ``supernet.json`` records their full configuration): seeds already there with the
     same protocol are read back, the others trained
@@ -242,7 +257,10 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     ``finetune_tokens`` go to :func:`train_supernet` (and into the settings' key when set);
     ``info`` is added to ``supernet.json`` (and its ``lr_grid`` to the key), ``columns`` to
     every row. ``tolerate_failures``: a seed whose supernet fails is recorded in
-    ``supernet.json`` (``failed``) and skipped, also when resumed, instead of an error."""
+    ``supernet.json`` (``failed``) and skipped, also when resumed, instead of an error.
+    ``split``: ``depth`` trains one supernet per depth group (:mod:`searchmaps.supernet.split`,
+    ``split_budget`` its budget); ``none`` (the default) keeps the key, and so the rows, of an
+    unsplit supernet."""
     import json
     import multiprocessing as mp
     from pathlib import Path
@@ -260,6 +278,8 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     key.update({k: v for k, v in methods.items() if v})  # the defaults leave older folders' key as it was
     if info and info.get("lr_grid"):
         key["lr_grid"] = list(info["lr_grid"])
+    if split != "none":
+        key.update(split=split, split_budget=split_budget)
     meta = study_dir / "supernet.json"
     dtypes = {"map": str, "pe": str, "teacher": str, "lr_grid": str}
     old = pd.read_csv(path, dtype=dtypes) if path.is_file() else pd.DataFrame()
@@ -278,7 +298,8 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     have = (set(old["seed"]) if len(old) else set()) | set(failed)
     todo = [s for s in specs if s.seed not in have]
     rows = [old] if len(old) else []
-    jobs = [(space, budget_flops, s, sampling, progress and workers == 1, methods, columns or {}) for s in todo]
+    how = {"split": split, "split_budget": split_budget}
+    jobs = [(space, budget_flops, s, sampling, progress and workers == 1, methods, columns or {}, how) for s in todo]
     if jobs:
         ctx = mp.get_context("spawn")
         pool = ctx.Pool(min(workers, len(jobs))) if workers > 1 and len(jobs) > 1 else None

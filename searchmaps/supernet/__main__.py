@@ -37,6 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("--validate", type=int, default=0, metavar="K",
                    help="train the supernet's K best and K random feasible maps stand-alone (--seeds each), then "
                         "compare")
+    v.add_argument("--landmarks", type=int, default=0, metavar="K",
+                   help="with --validate-against: correct the scores by K of its maps (spread over depth), an affine "
+                        "fit in applied layers of their stand-alone minus supernet loss; validated on the others")
     add_method_args(parser)
     args = parser.parse_args(argv)
     try:
@@ -48,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.study:
             extra = ("-distill" if args.distill else "") + (f"-ft{args.finetune_tokens:.0e}".replace("+", "")
                                                               if args.finetune_tokens else "") \
-                + ("-lrfit" if plan.lr_grid else "")
+                + ("-lrfit" if plan.lr_grid else "") + (f"-split-{args.split}" if args.split != "none" else "")
             plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}{extra}"
                                                    f"-b{plan.budget_flops:.3g}")
         truth = None
@@ -61,25 +64,34 @@ def main(argv: list[str] | None = None) -> int:
             except ReportError as exc:
                 raise ConfigError(f"--validate-against: {exc}") from None
         check_methods(plan, args)
+        check_landmarks(args, plan, truth)
         check_results_dir(plan.study_dir)
         methods = {"distill": args.distill, "finetune_tokens": args.finetune_tokens or 0}
+        split = {"split": args.split, "split_budget": args.split_budget}
         lr, fitted = None, None
         if plan.lr_grid:
             from .tuning import fit_lr
 
-            fitted = fit_lr(plan, plan.lr_grid, plan.tuning_seeds, args.sampling, progress=not args.quiet, **methods)
+            fitted = fit_lr(plan, plan.lr_grid, plan.tuning_seeds, args.sampling, progress=not args.quiet,
+                            **methods, **split)
             lr = fitted["lr"]
             print(f"supernet learning rate: {lr:g}, fitted on {plan.tuning_seeds} tuning seed(s) over "
                   f"{','.join(f'{x:g}' for x in plan.lr_grid)}", file=sys.stderr)
         scores = supernet_scores(plan, args.supernet_seeds, args.sampling, progress=not args.quiet, lr=lr,
                                  info=fitted, columns={"lr_grid": ",".join(f"{x:g}" for x in plan.lr_grid)}
-                                 if fitted else None, **methods)
+                                 if fitted else None, **methods, **split)
     except (ConfigError, DataError) as exc:
         return fail(parser.prog, exc)
     except KeyboardInterrupt:
         print(f"{parser.prog}: interrupted — run the same command again to resume (finished seeds are kept)",
               file=sys.stderr)
         return 130
+    scores["candidate"] = scores["map"] + "|" + scores["pe"]
+    info = None
+    if args.landmarks:
+        from .landmarks import calibrate
+
+        scores, truth, info = calibrate(scores, truth, args.landmarks)  # checked before training
     ranked = scores.groupby("map").agg(loss=("val_loss", "mean"), flops=("flops_per_token", "first"))
     ranked = ranked.sort_values("loss", kind="stable")
     print(f"{'map':<24} {'FLOPs/token':>13} {'supernet ppl':>12}")
@@ -88,16 +100,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"... {len(ranked)} maps in {plan.study_dir / 'supernet.csv'}", file=sys.stderr)
     from ..report import supernet as section
 
-    scores["candidate"] = scores["map"] + "|" + scores["pe"]
     if truth is not None:
         agreement = section.validate(scores, truth, plan.top_group_rule, plan.alpha)
         if agreement is None:
             return fail(parser.prog, ConfigError(f"--validate-against {args.validate_against}: it shares fewer than "
                                                  f"two maps with the supernet"))
         print(section.trust_sentence(agreement).replace("`", ""))
+        if info:
+            print(f"(scores corrected by the landmarks {info['landmark_maps'].replace(';', ', ')}; "
+                  f"validated on the other maps)")
     if not args.validate:  # with --validate the stand-alone study writes the report, supernet section included
         page = section.write_page(plan.study_dir, scores, truth, args.validate_against, plan.top_group_rule,
-                                  plan.alpha, plan.budget_flops)
+                                  plan.alpha, plan.budget_flops, extra=info)
         print(page, file=sys.stderr)
     if args.validate:
         rng = np.random.default_rng(plan.search_seed)
@@ -147,6 +161,27 @@ def check_methods(plan, args) -> None:
 
         cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
         finetune_steps(plan.spec(Candidate(cheap, plan.pes[0]), 0), args.finetune_tokens)
+
+
+def check_landmarks(args, plan, truth) -> None:
+    """--landmarks: with --validate-against only, no larger than the space, and leaving two
+    of the maps it shares with the space to validate on (before anything trains)."""
+    k = args.landmarks
+    if not k:
+        return
+    if k < 0:
+        raise ConfigError(f"--landmarks must be at least 0, got {k}")
+    from ..spaces import feasible_maps
+
+    maps = feasible_maps(plan.space, plan.budget_flops)
+    if k > len(maps):
+        raise ConfigError(f"--landmarks {k} is larger than the space ({len(maps)} feasible maps)")
+    if truth is None or args.validate:
+        raise ConfigError("--landmarks needs --validate-against (the landmarks' stand-alone losses) and no --validate")
+    shared = {f"{m}|{plan.pes[0]}" for m in maps} & set(truth["candidate"])
+    if len(shared) - k < 2:
+        raise ConfigError(f"--landmarks {k} leaves {max(len(shared) - k, 0)} of the {len(shared)} maps "
+                          f"{args.validate_against} shares with the space to validate on; need two")
 
 
 if __name__ == "__main__":

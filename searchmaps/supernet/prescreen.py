@@ -28,7 +28,7 @@ def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool 
                     **methods):
     """Train (or read back) the plan's supernet, one per seed, and score every feasible map:
     :func:`searchmaps.supernet.ensure_scores` in the plan's study folder (``methods``: its
-    keyword arguments, such as ``distill``)."""
+    keyword arguments, such as ``distill`` or ``split``)."""
     return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds, lr), sampling,
                          workers=plan.workers, progress=progress, log=log, **methods)
 
@@ -40,12 +40,14 @@ def check_prescreen(plan: SearchPlan) -> None:
 
 
 def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: bool = True,
-              log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)) -> SearchPlan:
+              log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), split: str = "none",
+              split_budget: str = "shared") -> SearchPlan:
     """Train (or read back) the supernet over every feasible map and narrow the plan to the
     ``keep`` maps it scores best, plus the baseline when it is feasible; writes
     ``prescreen.json`` in the study folder (which must exist)."""
     check_prescreen(plan)
-    scores = supernet_scores(plan, seeds, sampling, progress=progress, log=log)
+    scores = supernet_scores(plan, seeds, sampling, progress=progress, log=log, split=split,
+                             split_budget=split_budget)
     ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
     kept = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[:keep]]
     # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
@@ -56,6 +58,8 @@ def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: 
         kept.append(base)
     info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling,
             "baseline": with_base, "maps_scored": int(ranked.size)}
+    if split != "none":
+        info.update(split=split, split_budget=split_budget)
     (plan.study_dir / "prescreen.json").write_text(json.dumps(info, indent=2) + "\n")
     log(f"prescreen: the supernet scored {ranked.size} maps; keeping {', '.join(map(str, kept))}")
     return dataclasses.replace(plan, maps=tuple(kept), sampler="grid", trials=None)  # every kept map
