@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -26,8 +27,25 @@ from .topgroup import DEFAULT_RULE, RULES
 EXIT_USAGE = 2
 
 
+VALUE_OPTIONAL = ("--exit-eps",)  # flags whose value may be left out; a negative number after one is its value
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) and exit code 2."""
+    """argparse, but a usage error is one line (no usage dump) and exit code 2; a negative
+    number after a flag whose value is optional (``--exit-eps -1e-3``) is that flag's value
+    (argparse would take it for an unknown flag), so the flag's own check names it."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        out, i = [], 0
+        while i < len(args):
+            if args[i] in VALUE_OPTIONAL and i + 1 < len(args) and re.match(r"^-[\d.]", str(args[i + 1])):
+                out.append(f"{args[i]}={args[i + 1]}")
+                i += 2
+                continue
+            out.append(args[i])
+            i += 1
+        return super().parse_known_args(out, namespace)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         print(f"{self.prog}: error: {message}", file=sys.stderr)
