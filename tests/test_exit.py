@@ -269,3 +269,15 @@ def test_a_report_without_exit_rows_has_no_exit_figure_and_refuses_the_exit_obje
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "exit_flops_per_token" in err and "--exit-eps" in err, err
     assert sorted(p.name for p in folder.iterdir()) == before  # nothing written
+
+
+@pytest.mark.parametrize("args, flag", [(["--exit-eps", "-0.1"], "--exit-eps"), (["--exit-eps", "1e-3,x"], "--exit-eps"),
+                                        (["--exit-tolerance", "0"], "--exit-tolerance")])
+def test_the_search_command_refuses_bad_exit_flags_before_anything_is_written(space_file, tmp_path, capsys, args,
+                                                                              flag):
+    argv = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path / "r"),
+            "--study", "s", *args]
+    assert run_main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and flag in err, err
+    assert not (tmp_path / "r").exists()
