@@ -8,11 +8,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
 
-from .config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, INITS, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES,
+from .config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS, SCHEDULES,
                      ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec)
 from .device import resolve_device
 from .objectives import DEFAULT as DEFAULT_OBJECTIVES
@@ -26,8 +27,25 @@ from .topgroup import DEFAULT_RULE, RULES
 EXIT_USAGE = 2
 
 
+VALUE_OPTIONAL = ("--exit-eps",)  # flags whose value may be left out; a negative number after one is its value
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line (no usage dump) and exit code 2."""
+    """argparse, but a usage error is one line (no usage dump) and exit code 2; a negative
+    number after a flag whose value is optional (``--exit-eps -1e-3``) is that flag's value
+    (argparse would take it for an unknown flag), so the flag's own check names it."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = list(sys.argv[1:] if args is None else args)
+        out, i = [], 0
+        while i < len(args):
+            if args[i] in VALUE_OPTIONAL and i + 1 < len(args) and re.match(r"^-[\d.]", str(args[i + 1])):
+                out.append(f"{args[i]}={args[i + 1]}")
+                i += 2
+                continue
+            out.append(args[i])
+            i += 1
+        return super().parse_known_args(out, namespace)
 
     def error(self, message: str):  # noqa: D401 - argparse API
         print(f"{self.prog}: error: {message}", file=sys.stderr)
@@ -123,6 +141,14 @@ def add_recipe_args(g) -> None:
     g.add_argument("--eval-protocol", default=None,
                    help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows; "
                         f"ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
+    grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
+    g.add_argument("--exit-eps", nargs="?", const=grid, default=None, metavar="E1,E2,...",
+                   help=f"also evaluate each recorded rung's weights under per-token convergence exit (a token stops "
+                        f"repeating once the KL between its successive predictions is below E) at these thresholds "
+                        f"(without a value: {grid}); adds the exit_* columns (docs/training.md)")
+    g.add_argument("--exit-tolerance", type=number, default=None, metavar="FRAC",
+                   help="the exit_* columns are those of the largest threshold whose validation loss stays within "
+                        "this fraction of full depth's (default 0.005: 0.5 %%)")
 
 
 def add_train_args(p: argparse.ArgumentParser) -> None:
@@ -206,7 +232,8 @@ def train_overrides(args: argparse.Namespace) -> dict:
     if getattr(args, "train_flops", None) is not None:
         out.update(tokens=None, train_flops=args.train_flops[0])
     for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens", "schedule",
-              "cooldown_frac", "cooldown_shape", "warmup_steps", "decay_gains", "micro_batch", "eval_protocol"):
+              "cooldown_frac", "cooldown_shape", "warmup_steps", "decay_gains", "micro_batch", "eval_protocol",
+              "exit_eps", "exit_tolerance"):
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
     return out

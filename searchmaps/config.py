@@ -32,6 +32,7 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
 INITS: tuple[str, ...] = get_args(Init)
 EVAL_PROTOCOLS: tuple[str, ...] = get_args(EvalProtocol)
+EXIT_EPS_GRID = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)  # --exit-eps without a value: KL thresholds in nats
 ILR_EVAL_CHUNK = 4096  # --eval-protocol ilr: the validation split is cut into sequences of this many tokens
 
 
@@ -313,6 +314,10 @@ class TrainConfig:
     decay_gains: bool = False  # weight decay on every parameter, RMSNorm gains included (ILR); False: gains exempt
     micro_batch: int = 0  # sequences per forward/backward, gradients accumulated over the step's batch; 0: all
     eval_protocol: EvalProtocol = "windows"  # windows: fixed seq_len windows; ilr: first seq_len of 4,096-token chunks
+    # per-token convergence exit (searchmaps.train.exit), an evaluation of the trained weights at each
+    # recorded rung: the KL thresholds tried (empty: no exit evaluation) and the loss tolerance that picks one
+    exit_eps: tuple[float, ...] = ()
+    exit_tolerance: float = 0.005
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.train_flops is None):
@@ -361,6 +366,11 @@ class TrainConfig:
                               f"got {self.micro_batch!r}")
         if self.micro_batch and self.batch_size % self.micro_batch:
             raise ConfigError(f"--micro-batch {self.micro_batch} does not divide --batch-size {self.batch_size}")
+        object.__setattr__(self, "exit_eps", parse_exit_eps(self.exit_eps))
+        if not _finite(self.exit_tolerance) or float(self.exit_tolerance) <= 0:
+            raise ConfigError(f"--exit-tolerance must be a positive fraction of the full-depth loss (0.005 is "
+                              f"0.5 %), got {self.exit_tolerance!r}")
+        object.__setattr__(self, "exit_tolerance", float(self.exit_tolerance))
         if self.eval_protocol not in EVAL_PROTOCOLS:
             raise ConfigError(f"--eval-protocol must be one of {', '.join(EVAL_PROTOCOLS)}, "
                               f"got {self.eval_protocol!r}")
@@ -451,12 +461,34 @@ class TrialSpec:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-RECIPE_DEFAULTS = {"model.init": "scaled", "train.decay_gains": False, "train.eval_protocol": "windows"}
+RECIPE_DEFAULTS = {"model.init": "scaled", "train.decay_gains": False, "train.eval_protocol": "windows",
+                   "train.exit_eps": (), "train.exit_tolerance": 0.005}
 """Options added after studies were committed, at the values those studies ran with: a
 configuration at these values keeps the hash (and the protocol) it had before they existed."""
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def parse_exit_eps(value) -> tuple[float, ...]:
+    """``--exit-eps``'s KL thresholds as a sorted tuple of distinct floats: from a tuple or
+    list, or text (``0,1e-3,1e-2``; also the ``(0.0, 0.001)`` a runs.csv cell holds); ()
+    for none. ConfigError naming the flag for a negative, non-finite or non-numeric one."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        text = value.strip().strip("()[]")
+        value = [part for part in (p.strip() for p in text.split(",")) if part]
+    out = []
+    for v in value:
+        try:
+            x = float(v)
+        except (TypeError, ValueError):
+            raise ConfigError(f"--exit-eps takes KL thresholds in nats like 0,1e-3,1e-2, got {v!r}") from None
+        if isinstance(v, bool) or not math.isfinite(x) or x < 0:
+            raise ConfigError(f"--exit-eps: every threshold must be a finite number >= 0, got {v!r}")
+        out.append(x)
+    return tuple(sorted(set(out)))
 
 
 def _positive(flag: str, value) -> None:

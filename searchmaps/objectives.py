@@ -48,6 +48,9 @@ class Objective:
     column: str = ""
     short: str = ""
     fmt: str = ".4g"
+    # what a study must do for its rows to carry this objective: (the TrainConfig field that must be set,
+    # the flag that sets it); rows without it read NaN, so a search refuses it up front and the report too
+    needs: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
@@ -82,6 +85,13 @@ class Objective:
         import numpy as np
 
         return float(np.mean([float(self.read(r)) for r in rows]))
+
+    def problem(self, train) -> str | None:
+        """Why a study of ``train`` (a TrainConfig) cannot give this objective, naming the
+        flag; None when it can."""
+        if self.needs is None or getattr(train, self.needs[0]):
+            return None
+        return f"--objectives {self.name} needs {self.needs[1]}: without it the rows do not carry it"
 
     def format(self, v: float) -> str:
         return format(v, self.fmt) if math.isfinite(v) else "–"
@@ -118,6 +128,9 @@ register(Objective("train_flops_per_token", "training FLOPs per token", "FLOPs",
 register(Objective("kv_bytes_per_token", "KV-cache bytes per token", "bytes", MINIMIZE, _field("kv_bytes_per_token"),
                    short="KV bytes/token", fmt=",.0f"))
 register(Objective("n_params", "parameters", "parameters", MINIMIZE, _field("n_params"), short="params", fmt=",.0f"))
+register(Objective("exit_flops_per_token", "inference FLOPs per token under per-token exit", "FLOPs", MINIMIZE,
+                   _field("exit_flops_per_token"), per_seed=True, short="exit FLOPs/token", fmt=",.0f",
+                   needs=("exit_eps", "--exit-eps")))
 register(Objective("applied_layers", "applied layers per token", "layers", MINIMIZE, _field("applied_layers"),
                    short="applied layers", fmt=",.0f"))
 

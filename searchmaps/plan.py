@@ -18,6 +18,7 @@ from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigErr
                      folder_name_problem, parse_planned)
 from .encodings import ENCODINGS
 from .objectives import DEFAULT as DEFAULT_OBJECTIVES
+from .objectives import OBJECTIVES
 from .objectives import parse as parse_objectives
 from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
@@ -135,6 +136,9 @@ class SearchPlan:
         if self.sampler == AUTO:
             set_("sampler", resolve_auto(self.n_feasible * len(pes)))
         set_("objectives", parse_objectives(self.objectives))
+        for name in self.objectives:  # an objective the rows would not carry (exit_flops_per_token without --exit-eps)
+            if problem := OBJECTIVES[name].problem(self.space.train):
+                raise ConfigError(problem)
         counts = SAMPLERS[self.sampler].objective_counts
         if len(self.objectives) not in counts:
             raise ConfigError(f"--objectives: --sampler {self.sampler} takes {' or '.join(map(str, counts))} "

@@ -114,6 +114,15 @@ class RunRecord:
     packed: int = 1  # seeds trained together in one packed training (searchmaps.train.packed)
     torch_version: str = ""
     host: str = ""
+    # per-token convergence exit (searchmaps.train.exit; --exit-eps), NaN without it: the threshold picked
+    # (the largest within --exit-tolerance of full depth), its mean applied layers per token, validation
+    # loss and inference FLOPs per token; exit_grid: every threshold's as JSON; exit_s: seconds it took
+    exit_eps: float = _NAN
+    exit_depth: float = _NAN
+    exit_val_loss: float = _NAN
+    exit_flops_per_token: float = _NAN
+    exit_grid: str = ""
+    exit_s: float = _NAN
     curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
     config: Mapping = field(default_factory=dict)
 
@@ -207,13 +216,15 @@ def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) 
 _FIELD_NAMES = {f.name for f in dataclasses.fields(RunRecord)}
 _INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
         "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed"}
-_FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb"}
+_FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb",
+          "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"}
 COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", "status", "error", "horizon",
            "horizon_target",
            "config_hash", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
            "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
            "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
-           "packed", "torch_version", "host", "curve"]
+           "packed", "torch_version", "host", "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token",
+           "exit_grid", "exit_s", "curve"]
 _RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
 _REQUIRED = ("map", "pe", "seed", "status")
 

@@ -14,11 +14,12 @@ ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model",
          "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
          "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
          "topgroup", "racing", "stability",
-         "train", "train.step", "train.records", "train.ladder", "train.packed", "supernet.distill", "supernet.finetune",
-         "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger", "samplers", "plan",
+         "train", "train.step", "train.exit", "train.records", "train.ladder", "train.packed", "supernet.distill",
+         "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
+         "samplers", "plan",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences",
          "report.figures", "report.summary", "report.page", "report.ranking", "report.planned", "report.horizons",
-         "report.tuning", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
+         "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
          "cli", "search", "train.__main__", "report.__main__", "run", "supernet.__main__"]
 # the command layer: flags, exit codes and the terminal; a library module never imports one
 COMMANDS = {"cli", "search", "run"}

@@ -160,6 +160,10 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
     on the tested scale, validation loss in nats."""
     objectives = tuple(objectives or objs.of_study({}))
     runs, ok = objective_frame(runs, objectives), objective_frame(ok, objectives)
+    for o in objectives:  # one the rows do not carry (exit_flops_per_token of a study without --exit-eps)
+        if o.needs is not None and len(ok) and not np.isfinite(ok[o.name].astype(float)).any():
+            raise ReportError(f"study.json: objectives: {o.name}: runs.csv's rows lack it (the study ran "
+                              f"without {o.needs[1]})")
     order = list(res["summary"]["candidate"])  # best first on the tested scale
     s = stats.summarize(ok, DISPLAY).set_index("candidate").loc[order].reset_index()
     mat = stats.to_matrix(ok, METRIC)

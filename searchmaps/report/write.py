@@ -18,6 +18,7 @@ from .. import objectives as objs
 from .. import stats, topgroup
 from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
+from . import exit as exit_section
 from . import horizons, ranking, supernet, tuning
 from . import planned as planned_section
 from .figures import separable, separated_front
@@ -148,6 +149,10 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     scores = supernet.load(study_dir)
     if scores is not None:
         sections.append(supernet.section(scores, ok, rule, alpha, info))
+    exits = exit_section.section(ok, next((r.config.get("train.exit_tolerance") for r in records
+                                           if r.config.get("train.exit_eps")), None))
+    if exits is not None:
+        sections.append(exits)
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     if planning is not None:
         sections.append(Section(sentences=[planning["sentence"]]))

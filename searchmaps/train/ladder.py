@@ -26,6 +26,7 @@ from ..data import Corpus, train_batches
 from ..model import LoopedLM
 from ..results import Status
 from ..schedule import Ladder, horizon_of, lr_at, tokens_per_step
+from .exit import evaluate_columns
 from .records import History, RungRecords
 from .step import Guard, Stop, TrainStep, compile_layers, evaluate, make_optimizer, validation_batches
 
@@ -43,6 +44,8 @@ class Climber(Protocol):
     def restore(self, kept: object) -> None: ...
 
     def save(self, target: str | os.PathLike, rung: int, history: History) -> None: ...
+
+    def exit_columns(self, history: History) -> object: ...
 
 
 def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, first: int, last: int, *,
@@ -72,7 +75,7 @@ def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, f
         kept, branch = (None, history) if i == last else (trainer.keep(), history.copy())
         try:
             trainer.advance(branch, i, lad.steps[i], set(lad.eval_steps(i)), check)
-            rungs.finish(i, branch)
+            rungs.finish(i, branch, columns=trainer.exit_columns(branch))
         except Stop as stop:
             rungs.finish(i, branch, stop.status, stop.reason)
         if kept is not None:
@@ -98,6 +101,7 @@ class Training:
         self.batches = train_batches(corpus, t.batch_size, cfg.seq_len, spec.seed)
         self.guard = Guard(cfg.vocab_size, lad.warmup)
         self.step = TrainStep(self.model, self.opt, self.guard, device, t.precision, t.grad_clip, t.micro_batch)
+        self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
 
     def advance(self, history: History, rung: int, until: int, evals: set[int],
                 check_eval: EvalCallback | None = None) -> None:
@@ -133,6 +137,12 @@ class Training:
         if self.bar is not None:
             self.bar.set_postfix(val_loss=f"{point['val_loss']:.4f}")
         self.guard.val_loss(step, point["val_loss"])
+
+    def exit_columns(self, history: History) -> dict:
+        """The exit evaluation of the weights a rung ended with (:mod:`.exit`): its record's
+        columns, none without ``--exit-eps``."""
+        return evaluate_columns(self.model, self.val, self.device, self.precision, self.exit_eps,
+                                self.exit_tolerance)
 
     def keep(self) -> tuple:
         return copy.deepcopy(self.model.state_dict()), copy.deepcopy(self.opt.state_dict()), self.batches.state()

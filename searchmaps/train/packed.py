@@ -44,6 +44,7 @@ from ..model import LoopedLM
 from ..results import RunRecord, Status
 from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
+from .exit import evaluate_columns
 from .records import History, RungRecords
 from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
 
@@ -77,9 +78,11 @@ class PackedRungs:
         self.per_seed = list(per_seed)
         self.wanted = self.per_seed[0].wanted
 
-    def finish(self, rung: int, history: PackedHistory, status: Status = Status.OK, reason: str = "") -> None:
+    def finish(self, rung: int, history: PackedHistory, status: Status = Status.OK, reason: str = "",
+               columns: Sequence[dict] | None = None) -> None:
         for s, rungs in enumerate(self.per_seed):
-            rungs.finish(rung, history.seeds[s], *(history.stopped[s] or (status, reason)))
+            rungs.finish(rung, history.seeds[s], *(history.stopped[s] or (status, reason)),
+                         columns=columns[s] if columns else None)
 
     def fail_rest(self, history: PackedHistory, status: Status, reason: str) -> None:
         for s, rungs in enumerate(self.per_seed):
@@ -151,6 +154,7 @@ class PackedTraining:
         self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
         self._window = torch.arange(cfg.seq_len + 1, device=device)
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
+        self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
 
         def loss(p, b, x, y):
             return functional_call(self.template, (p, b), (x, y))[1]
@@ -321,6 +325,14 @@ class PackedTraining:
                 history.stopped[s] = (stop.status, stop.reason)
         if self.bar is not None:
             self.bar.set_postfix(val_loss=" ".join(f"{v:.3f}" for v in losses))
+
+    def exit_columns(self, history: PackedHistory) -> list[dict]:
+        """Each live seed's exit evaluation (:mod:`.exit`) on its own weights, as a separate
+        training evaluates them (a stopped seed gets none; none without ``--exit-eps``)."""
+        if not self.exit_eps:
+            return [{} for _ in range(self.n)]
+        return [evaluate_columns(self.seed_model(s), self.val, self.device, self.precision, self.exit_eps,
+                                 self.exit_tolerance) if history.stopped[s] is None else {} for s in range(self.n)]
 
     # ------------------------------------------------------------------ ladder states
 

@@ -69,8 +69,10 @@ class RungRecords:
         self.lad, self.base, self.wanted, self.on_rung = lad, base, sorted(wanted), on_rung
         self.done: dict[int, RunRecord] = {}
 
-    def finish(self, rung: int, history: History, status: Status = Status.OK, reason: str = "") -> RunRecord:
-        """Rung ``rung``'s record from the history that reached its horizon (or stopped on the way)."""
+    def finish(self, rung: int, history: History, status: Status = Status.OK, reason: str = "",
+               columns: dict | None = None) -> RunRecord:
+        """Rung ``rung``'s record from the history that reached its horizon (or stopped on the way);
+        ``columns``: more of its fields (the exit evaluation's), kept only when the rung ended ``ok``."""
         lad, base = self.lad, self.base[rung]
         per_step = tokens_per_step(lad.specs[rung])
         steps_done = min(history.step, lad.steps[rung])
@@ -88,6 +90,8 @@ class RungRecords:
             wall_s=history.wall_s, cpu_s=history.cpu_s, eval_s=history.eval_s,  # cpu_s / wall_s: core usage
             tokens_per_s=steps_done * per_step / (history.wall_s - history.eval_s)
             if history.wall_s > history.eval_s else float("nan"))  # training throughput: validation excluded
+        if ok and columns:
+            rec = rec.replace(**columns)
         self.done[rung] = rec
         if self.on_rung is not None:
             self.on_rung(rec)

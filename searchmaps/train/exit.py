@@ -1,0 +1,321 @@
+"""Per-token convergence exit, as an evaluation of a trained map (issue 24; the rule of
+arXiv 2607.14427): how much depth a map's trained weights can skip, token by token, without
+retraining, and what its quality then is.
+
+The rule. After each applied pass the state is read through the final norm and the tied
+head, ``p_k = softmax(lm_head(norm_f(x_k)))``. A token stops repeating once
+``KL(p_k || p_{k-1}) < eps`` (the KL clamped at 0, so ``eps = 0`` never exits):
+
+- a per-layer (ILR) map: within layer ``l``'s ``r_l`` repeats. ``p_0`` is the distribution
+  of the state *entering* the layer (the previous layer's output; the embedding before the
+  first layer), so the check after the first pass may already stop the loop and the
+  earliest exit is one pass of every layer. A token that stops skips the layer's remaining
+  repeats; every token runs the next layer (its loop starts afresh). Layers run once
+  (``r_l = 1``) have nothing to skip and are never checked;
+- a block map ``block:K``: after each pass of the whole stack, ``p_0`` being the
+  embedding's distribution; a token that stops skips the remaining stack passes.
+
+No check follows a loop's last pass (nothing is left to skip).
+
+What the others read. An exited token's state is frozen (kept) through the repeats it
+skips, and it is still *there* for the tokens that go on: at each later pass their
+attention reads the keys and values of its frozen state, projected by the layer being run
+(the issue's "its last state's keys and values"). The layer's weights and the frozen state
+do not change over the skipped passes, so a decoder with a KV cache projects them once:
+``4 d^2`` FLOPs (keys and values) per token and layer it leaves early (per layer of the
+stack for a block map), queries, attention and SwiGLU skipped. This evaluation computes
+every token's layer in parallel and keeps the frozen rows (``torch.where``), which is
+exactly that rule; :func:`gathered_forward` computes only what the rule needs, to check the
+count against ``FlopCounterMode``.
+
+Inference FLOPs per token under exit (:func:`exit_flops`), counted as
+:mod:`searchmaps.flops` counts ``flops_per_token`` (forward, matrix products only, causal
+attention in full at the context ``seq_len``): the passes tokens ran, the key/value
+projections of frozen states, the final head, the encoding's part, and the checks' heads
+(``2 d V`` per token and check: reading a state through the head is the rule's own cost;
+``check_flops_per_token`` says how much of the total it is). At ``eps = 0`` nothing is
+checked (a rule that never fires needs no check): the count is ``flops_per_token``, and the
+loss is the ordinary validation of the same weights, bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .. import flops
+from ..config import EXIT_EPS_GRID as DEFAULT_GRID  # noqa: F401 (--exit-eps without a value)
+from ..model import LoopedLM
+from .step import autocast
+
+
+@dataclass
+class Tally:
+    """What an exited evaluation computed, in token units: ``passes`` token-layer
+    applications, ``kv`` key/value projections of frozen states (token-layers), ``checks``
+    head reads for the rule (token-passes), over ``tokens`` tokens."""
+
+    tokens: int = 0
+    passes: int = 0
+    kv: int = 0
+    checks: int = 0
+
+    def __iadd__(self, other: "Tally") -> "Tally":
+        self.tokens += other.tokens
+        self.passes += other.passes
+        self.kv += other.kv
+        self.checks += other.checks
+        return self
+
+
+@dataclass(frozen=True)
+class ExitPoint:
+    """One threshold's evaluation: ``depth`` (mean applied layers per token), ``val_loss``
+    (nats per token), ``flops_per_token`` (inference, checks counted) and the checks' part."""
+
+    eps: float
+    depth: float
+    val_loss: float
+    flops_per_token: float
+    check_flops_per_token: float
+
+
+def kv_flops_per_token(cfg) -> int:
+    """Keys and values of one token's frozen state under one layer (two d x d products)."""
+    return 2 * 2 * cfg.d_model * cfg.d_model
+
+
+def exit_flops(cfg, tally: Tally) -> tuple[float, float]:
+    """(inference FLOPs per token under exit, the checks' part of it), from what ran."""
+    n = tally.tokens
+    head = flops.head_flops_per_token(cfg)
+    check = tally.checks * head / n
+    total = ((tally.passes * flops.layer_flops_per_token(cfg) + tally.kv * kv_flops_per_token(cfg)) / n
+             + check + head + cfg.encoding.flops_per_token(cfg))
+    return total, check
+
+
+def _logp(model: LoopedLM, x: torch.Tensor) -> torch.Tensor:
+    return F.log_softmax(model.lm_head(model.norm_f(x)).float(), dim=-1)
+
+
+def _converged(model, x, prev, active, eps) -> tuple[torch.Tensor, torch.Tensor]:
+    """(tokens that stop now, this pass's log-distribution): the active tokens whose
+    KL(p_k || p_{k-1}) is below ``eps``."""
+    logp = _logp(model, x)
+    kl = (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)
+    return active & (kl < eps).unsqueeze(-1), logp
+
+
+def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.Tensor | None = None):
+    """The model's forward on ``idx`` under the exit rule at ``eps`` (all tokens in
+    parallel, exited ones frozen). Returns (logits, loss or None, :class:`Tally`)."""
+    cfg, reuse = model.cfg, model.cfg.reuse
+    e, pos = model.embed(idx)
+    B, T = idx.shape
+    n = B * T
+    tally = Tally(tokens=n)
+    check = eps > 0
+    x = e
+    if reuse.is_block:
+        active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
+        prev = _logp(model, e) if check else None
+        tally.checks += n if check else 0
+        for k in range(reuse.block):
+            live = int(active.sum())
+            if live == 0:
+                break
+            if k > 0:
+                x = x + e if live == n else torch.where(active, x + e, x)
+            for layer in model.layers:
+                x = layer(x, pos) if live == n else torch.where(active, layer(x, pos), x)
+            tally.passes += live * cfg.n_layers
+            if check and k < reuse.block - 1:
+                tally.checks += live
+                stop, prev = _converged(model, x, prev, active, eps)
+                tally.kv += int(stop.sum()) * cfg.n_layers
+                active = active & ~stop
+    else:
+        for layer, r in zip(model.layers, reuse.repeats):
+            active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
+            checking = check and r > 1
+            prev = _logp(model, x) if checking else None
+            tally.checks += n if checking else 0
+            for j in range(r):
+                live = int(active.sum())
+                if live == 0:
+                    break
+                x = layer(x, pos) if live == n else torch.where(active, layer(x, pos), x)
+                tally.passes += live
+                if checking and j < r - 1:
+                    tally.checks += live
+                    stop, prev = _converged(model, x, prev, active, eps)
+                    tally.kv += int(stop.sum())
+                    active = active & ~stop
+    logits, loss = model.head(x, targets)
+    return logits, loss, tally
+
+
+@torch.no_grad()
+def evaluate_exit(model: LoopedLM, batches, device: str, precision: str, eps: float) -> ExitPoint:
+    """Validation under the exit rule at ``eps`` over fixed batches, as
+    :func:`~searchmaps.train.step.evaluate` validates (the same mean, batch by batch)."""
+    was_training = model.training
+    model.eval()
+    total, count, tally = 0.0, 0, Tally()
+    for x, y in batches:
+        x, y = x.to(device), y.to(device)
+        with autocast(device, precision):
+            _, loss, t = exit_forward(model, x, eps, y)
+        total += loss.item() * y.numel()
+        count += y.numel()
+        tally += t
+    model.train(was_training)
+    cost, check = exit_flops(model.cfg, tally)
+    return ExitPoint(float(eps), tally.passes / tally.tokens, total / count, cost, check)
+
+
+def exit_grid(model: LoopedLM, batches, device: str, precision: str, grid: Iterable[float]) -> list[ExitPoint]:
+    """:func:`evaluate_exit` at every threshold of ``grid`` and at 0 (full depth, the
+    reference the tolerance is measured from), ascending."""
+    return [evaluate_exit(model, batches, device, precision, eps) for eps in sorted({0.0, *map(float, grid)})]
+
+
+def pick(points: Sequence[ExitPoint], tolerance: float) -> ExitPoint:
+    """The largest threshold whose loss stays within ``tolerance`` (relative) of the
+    full-depth loss (``eps = 0``'s); full depth itself when none does."""
+    full = next(p for p in points if p.eps == 0.0)
+    ok = [p for p in points if p.val_loss <= full.val_loss * (1 + tolerance)]
+    return max(ok, key=lambda p: p.eps) if ok else full
+
+
+def exit_columns(points: Sequence[ExitPoint], tolerance: float, seconds: float = math.nan) -> dict:
+    """A record's exit columns: the picked threshold's, the whole grid as JSON, the seconds spent."""
+    best = pick(points, tolerance)
+    return {"exit_eps": best.eps, "exit_depth": best.depth, "exit_val_loss": best.val_loss,
+            "exit_flops_per_token": best.flops_per_token, "exit_grid": json.dumps([asdict(p) for p in points]),
+            "exit_s": seconds}
+
+
+def evaluate_columns(model: LoopedLM, batches, device: str, precision: str, grid, tolerance: float) -> dict:
+    """The exit columns of ``model``'s weights (empty without a grid)."""
+    if not grid:
+        return {}
+    t0 = time.perf_counter()
+    points = exit_grid(model, batches, device, precision, grid)
+    return exit_columns(points, tolerance, time.perf_counter() - t0)
+
+
+# --------------------------------------------------------------------------- the reference count
+
+
+@torch.no_grad()
+def gathered_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.Tensor | None = None):
+    """:func:`exit_forward` computing only what the exit rule needs: queries, attention
+    and SwiGLU of the active tokens, keys and values of a frozen state once per layer it
+    skips, heads of the checked tokens. Slow (a loop over the batch); for the test that
+    holds :func:`exit_flops` to ``FlopCounterMode``. Pre-norm maps with an encoding that
+    attends causally without a bias (nope, rope, learned)."""
+    cfg, reuse = model.cfg, model.cfg.reuse
+    if cfg.residual != "prenorm" or cfg.pe == "alibi":
+        raise ValueError("gathered_forward: pre-norm maps with nope, rope or learned positions only")
+    e, pos = model.embed(idx)
+    B, T = idx.shape
+    d, nh = cfg.d_model, cfg.n_heads
+    n = B * T
+    tally = Tally(tokens=n)
+    causal = torch.ones(T, T, dtype=torch.bool, device=e.device).tril()
+    check = eps > 0
+
+    def kv_of(layer, h):  # keys and values of states h (m, d): two d x d products
+        return F.linear(h, layer.attn.qkv.weight[d:])
+
+    def run(layer, x, active, cache):
+        """One pass of ``layer`` for the active tokens; ``cache``: (B, T, 2d) keys and
+        values of the frozen tokens under this layer."""
+        flat = x.reshape(n, d)
+        rows = active.reshape(n).nonzero().squeeze(-1)
+        h = layer.norm1(flat[rows])
+        qkv = layer.attn.qkv(h)
+        q = torch.zeros(n, d, dtype=qkv.dtype, device=x.device)
+        kv = cache.reshape(n, 2 * d).clone().to(qkv.dtype)
+        q[rows], kv[rows] = qkv[:, :d], qkv[:, d:]
+        k, v = kv.split(d, dim=1)
+        shape = lambda t: t.view(B, T, nh, -1).transpose(1, 2)  # noqa: E731
+        q, k, v = shape(q), shape(k), shape(v)
+        q, k = layer.attn.encoding.qk(q, k, pos)
+        ys = []
+        for b in range(B):
+            a = active[b, :, 0]
+            ys.append(F.scaled_dot_product_attention(q[b][:, a], k[b], v[b], attn_mask=causal[a]).transpose(0, 1)
+                      .reshape(-1, d))
+        y = layer.attn.proj(torch.cat(ys))
+        out = flat.clone()
+        z = flat[rows] + y
+        out[rows] = z + layer.mlp(layer.norm2(z))
+        return out.view(B, T, d)
+
+    def head_rows(x, rows_mask):  # log-distributions of the rows in rows_mask, -inf-free placeholder elsewhere
+        flat = x.reshape(n, d)
+        rows = rows_mask.reshape(n).nonzero().squeeze(-1)
+        out = torch.zeros(n, cfg.vocab_size, device=x.device)
+        out[rows] = F.log_softmax(model.lm_head(model.norm_f(flat[rows])).float(), dim=-1)
+        return out.view(B, T, -1)
+
+    def converge(x, prev, active):
+        logp = head_rows(x, active)
+        kl = (logp.exp() * (logp - prev)).sum(-1).clamp_min(0.0)
+        return active & (kl < eps).unsqueeze(-1), logp
+
+    ones = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
+    x = e
+    if reuse.is_block:
+        caches = [torch.zeros(B, T, 2 * d, device=e.device) for _ in model.layers]
+        active = ones
+        prev = head_rows(e, ones) if check else None
+        tally.checks += n if check else 0
+        for k in range(reuse.block):
+            live = int(active.sum())
+            if live == 0:
+                break
+            if k > 0:
+                x = torch.where(active, x + e, x)
+            for i, layer in enumerate(model.layers):
+                x = run(layer, x, active, caches[i])
+            tally.passes += live * cfg.n_layers
+            if check and k < reuse.block - 1:
+                tally.checks += live
+                stop, prev = converge(x, prev, active)
+                rows = stop.reshape(n).nonzero().squeeze(-1)
+                for i, layer in enumerate(model.layers):  # the frozen state's keys and values, once per layer
+                    caches[i].view(n, 2 * d)[rows] = kv_of(layer, layer.norm1(x.reshape(n, d)[rows])).float()
+                tally.kv += len(rows) * cfg.n_layers
+                active = active & ~stop
+    else:
+        for layer, r in zip(model.layers, reuse.repeats):
+            cache = torch.zeros(B, T, 2 * d, device=e.device)
+            active = ones
+            checking = check and r > 1
+            prev = head_rows(x, ones) if checking else None
+            tally.checks += n if checking else 0
+            for j in range(r):
+                live = int(active.sum())
+                if live == 0:
+                    break
+                x = run(layer, x, active, cache)
+                tally.passes += live
+                if checking and j < r - 1:
+                    tally.checks += live
+                    stop, prev = converge(x, prev, active)
+                    rows = stop.reshape(n).nonzero().squeeze(-1)
+                    cache.view(n, 2 * d)[rows] = kv_of(layer, layer.norm1(x.reshape(n, d)[rows])).float()
+                    tally.kv += len(rows)
+                    active = active & ~stop
+    logits, loss = model.head(x, targets)
+    return logits, loss, tally
