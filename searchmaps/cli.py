@@ -104,6 +104,10 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--init", default=None,
                    help=f"weight initialisation: {' or '.join(INITS)}; scaled (default): N(0, 0.02) with the residual "
                         f"projections also scaled by 1/sqrt(2 x layers); normal: N(0, 0.02) for every matrix (ILR)")
+    g.add_argument("--kv-share", default=None, metavar="none|first:W",
+                   help="memory-shared loops: none (default), or first:W: a repeated layer's later passes (and a "
+                        "repeated stack's) read the first pass's keys and values for positions W or more back and "
+                        "keep only their last W of their own (docs/architecture.md)")
 
 
 def add_preset_arg(p: argparse.ArgumentParser) -> None:
@@ -193,7 +197,8 @@ def build_train_parser() -> Parser:
 def model_overrides(args: argparse.Namespace) -> dict:
     """ModelConfig fields the user set on the command line."""
     names = {"layers": "n_layers", "d_model": "d_model", "heads": "n_heads", "ffn_hidden": "ffn_hidden",
-             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init"}
+             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init",
+             "kv_share": "kv_share"}
     return {f: getattr(args, a) for a, f in names.items() if getattr(args, a, None) is not None}
 
 

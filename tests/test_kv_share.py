@@ -1,0 +1,243 @@
+"""Memory-shared loops (``--kv-share first:W``): a repeated layer's later passes read the
+first pass's keys and values for positions W or more back and their own inside the window.
+Checked against token-by-token decoding from a real cache (``LoopedLM.decode``, which holds
+exactly the cache ``flops.kv_bytes_per_token`` counts), against ``none`` where nothing can
+be shared, and through every path that trains a model (compiled layers, packed seeds)."""
+
+import dataclasses
+
+import pytest
+import torch
+from helpers import run_cli, tiny_spec
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.utils.flop_counter import FlopCounterMode
+
+from searchmaps import flops
+from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, TrialSpec
+from searchmaps.model import LoopedLM, share_keys
+from searchmaps.train import train, train_packed
+
+PES = list(POSITIONAL_ENCODINGS)
+REPEATED = ["3,1,2,1", "block:2"]
+
+
+def tiny(pe="rope", reuse="3,1,2,1", kv="none", seq_len=16, **kw) -> ModelConfig:
+    return ModelConfig(d_model=32, n_heads=4, seq_len=seq_len, pe=pe, kv_share=kv, **kw).with_map(reuse)
+
+
+def model_of(cfg: ModelConfig, seed: int = 0) -> LoopedLM:
+    torch.manual_seed(seed)
+    return LoopedLM(cfg).eval()
+
+
+def tokens(T=16, B=2, seed=1):
+    return torch.randint(0, 256, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# --------------------------------------------------------------------------- the option
+
+
+@pytest.mark.parametrize("bad", ["first:0", "first:x", "first:-1", "foo", "first:", "first:1.5", "first:08", "",
+                                 "First:4", 4])
+def test_bad_values_name_the_flag(bad):
+    with pytest.raises(ConfigError, match="^--kv-share") as e:
+        tiny(kv=bad)
+    assert "\n" not in str(e.value)
+
+
+def test_the_default_keeps_the_hash_of_rows_from_before_the_option():
+    spec = TrialSpec()
+    old = {k: v for k, v in spec.to_dict().items() if k != "model.kv_share"}  # a row written before it existed
+    assert TrialSpec.from_dict(old).config_hash() == spec.config_hash()
+    shared = dataclasses.replace(spec, model=dataclasses.replace(spec.model, kv_share="first:64"))
+    assert shared.config_hash() != spec.config_hash()
+    assert TrialSpec.from_dict(shared.to_dict()).config_hash() == shared.config_hash()
+
+
+# --------------------------------------------------------------------------- what it computes
+
+
+@pytest.mark.parametrize("pe", PES)
+@pytest.mark.parametrize("reuse", REPEATED)
+def test_a_window_as_long_as_the_context_is_none_exactly(pe, reuse):
+    idx = tokens()
+    ref_logits, ref_loss = model_of(tiny(pe, reuse))(idx, idx)
+    for W in (16, 17, 1000):
+        logits, loss = model_of(tiny(pe, reuse, f"first:{W}"))(idx, idx)
+        assert torch.equal(logits, ref_logits) and torch.equal(loss, ref_loss)
+    logits, _ = model_of(tiny(pe, reuse, "first:15"))(idx, idx)
+    assert not torch.allclose(logits, ref_logits, atol=1e-4)  # one position shared already changes it
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_the_shared_path_with_a_full_window_is_plain_causal_attention(pe):
+    """The masked path itself (both key sets on one axis, the encoding's bias by position):
+    with W = T every key is the pass's own, and the result is the causal one."""
+    model = model_of(tiny(pe))
+    e, pos = model.embed(tokens())
+    layer = model.layers[0]
+    x, first = layer(e, pos, keep=True)
+    shared = layer(x, pos, kv=first, keys=share_keys(16, 16))
+    assert torch.allclose(shared, layer(x, pos), atol=1e-6, rtol=0)
+    assert torch.equal(x, layer(e, pos))  # keep changes nothing about the output
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_a_map_without_repeats_is_unchanged(pe):
+    idx = tokens()
+    ref = model_of(tiny(pe, "1,1,1,1"))(idx, idx)
+    for W in (1, 5):
+        got = model_of(tiny(pe, "1,1,1,1", f"first:{W}"))(idx, idx)
+        assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1])
+
+
+@pytest.mark.parametrize("reuse, calls", [("3,1,2,1", 0), ("block:2", 0)])
+def test_the_first_pass_is_unchanged_and_the_later_ones_are_not(reuse, calls):
+    """Layer 0's output on every pass, shared (W = 3) and not: the first pass equal bit for
+    bit, the later passes different (they read other keys)."""
+    outs = {}
+    for kv in ("none", "first:3"):
+        model, seen = model_of(tiny("rope", reuse, kv)), []
+        model.layers[0].register_forward_hook(lambda m, inp, out: seen.append(out[0] if isinstance(out, tuple) else out))
+        model(tokens())
+        outs[kv] = seen
+    assert len(outs["none"]) == len(outs["first:3"]) >= 2
+    assert torch.equal(outs["none"][0], outs["first:3"][0])
+    assert all(not torch.allclose(a, b, atol=1e-5) for a, b in zip(outs["none"][1:], outs["first:3"][1:]))
+
+
+@pytest.mark.parametrize("pe", PES)
+@pytest.mark.parametrize("reuse", REPEATED)
+@pytest.mark.parametrize("kv", ["none", "first:1", "first:4"])
+def test_decoding_from_the_cache_gives_the_parallel_forwards_logits(pe, reuse, kv):
+    """An independent implementation: token by token, each later pass reading a ring of its
+    last W keys and the first pass's cache beyond it (positions, not masks)."""
+    model = model_of(tiny(pe, reuse, kv))
+    idx = tokens(T=12)
+    parallel, _ = model(idx)
+    decoded, _ = model.decode(idx)
+    assert torch.allclose(decoded, parallel, atol=2e-5, rtol=0)
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_still_causal(pe):
+    model = model_of(tiny(pe, "3,1,2,1", "first:3"))
+    idx = tokens(B=1)
+    changed = idx.clone()
+    changed[0, 10] = (idx[0, 10] + 1) % 256
+    a, _ = model(idx)
+    b, _ = model(changed)
+    assert torch.allclose(a[0, :10], b[0, :10], atol=1e-6)
+    assert not torch.allclose(a[0, 10:], b[0, 10:])
+
+
+def test_gradients_reach_every_parameter_through_the_shared_keys():
+    model = LoopedLM(tiny("alibi", "1,3,1,1", "first:2"))
+    idx = tokens()
+    model(idx, idx)[1].backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+               for p in model.parameters())
+
+
+# --------------------------------------------------------------------------- what it costs
+
+
+@pytest.mark.parametrize("reuse", ["1,1,1,1", "3,1,2,1", "4,2,1,1", "block:2", "block:3"])
+@pytest.mark.parametrize("kv", ["none", "first:1", "first:4", "first:16", "first:50"])
+def test_kv_bytes_per_token_is_the_cache_decoding_holds(reuse, kv):
+    cfg = tiny("rope", reuse, kv)  # context 16, d 32: the count is exact for every window here
+    _, cache = model_of(cfg).decode(tokens(T=cfg.seq_len, B=1))
+    held = sum(K.numel() + V.numel() for _, K, V in cache)  # elements, one sequence
+    assert len(cache) == cfg.reuse.applied_layers
+    assert flops.kv_bytes_per_token(cfg) * cfg.seq_len == held * 2  # 16-bit entries
+
+
+def test_kv_bytes_by_hand_at_ilr_context():
+    # 4,2,1,1 at context 1,024, d 128: 8 passes x (K + V) x 128 x 2 bytes = 4,096 bytes a token;
+    # first:64 keeps 4 first passes x 1,024 positions + 4 later passes x 64: 4,352 of 8,192 positions
+    cfg = ModelConfig(seq_len=1024).with_map("4,2,1,1")
+    assert flops.kv_bytes_per_token(cfg) == 4096
+    assert flops.kv_bytes_per_token(dataclasses.replace(cfg, kv_share="first:64")) == 4352 * 512 // 1024 == 2176
+    assert flops.kv_bytes_per_token(dataclasses.replace(cfg, kv_share="first:2048")) == 4096
+    base = cfg.with_map("1,1,1,1")
+    assert flops.kv_bytes_per_token(dataclasses.replace(base, kv_share="first:1")) == flops.kv_bytes_per_token(base)
+
+
+@pytest.mark.parametrize("pe", PES)
+@pytest.mark.parametrize("reuse", ["3,1,2,1", "block:2"])
+def test_flops_are_the_same_as_without_sharing_and_the_counter_sees_the_masked_slots(pe, reuse):
+    """flops_per_token counts each query reading each earlier position once, shared or not;
+    the parallel forward's later passes score 2T key slots: 4*T*d more per later pass."""
+    cfg = tiny(pe, reuse, "first:4", seq_len=24)
+    assert flops.flops_per_token(cfg) == flops.flops_per_token(dataclasses.replace(cfg, kv_share="none"))
+    model, idx = model_of(cfg), tokens(T=24)
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        model(idx)
+    later = cfg.reuse.applied_layers - cfg.n_layers
+    overhead = later * 4 * cfg.seq_len * cfg.d_model
+    assert counter.get_total_flops() / idx.numel() == pytest.approx(flops.flops_per_token(cfg) + overhead, rel=1e-3)
+
+
+# --------------------------------------------------------------------------- training paths
+
+
+def shared_spec(seed=0, **kw):
+    spec = tiny_spec("3,1", "alibi", seed=seed, **kw)  # context 32, window 8
+    return dataclasses.replace(spec, model=dataclasses.replace(spec.model, kv_share="first:8"))
+
+
+@pytest.mark.parametrize("pe", PES)
+def test_a_layer_compiles_whole_in_every_call_of_a_shared_forward(pe):
+    """Each call a shared forward makes of a layer (plain, keeping its keys, reading shared
+    ones) traces as one graph (fullgraph: no break, no silent eager fallback) and gives the
+    eager numbers, forward and backward. (aot_eager: dynamo's and autograd's trace without
+    inductor's code generation, which the trainer's compiled tests run.)"""
+    torch._dynamo.reset()  # each encoding's graphs counted afresh against the recompile limit
+    model = model_of(tiny(pe, "2,1,1,1", "first:4"))
+    e, pos = model.embed(tokens())
+    layer = model.layers[0]
+    compiled = torch.compile(layer, backend="aot_eager", fullgraph=True, dynamic=False)
+    for run in (layer, compiled):
+        x, first = run(e, pos, keep=True)
+        y = run(x, pos, kv=first, keys=share_keys(16, 4))
+        z = run(y, pos)
+        grad = torch.autograd.grad(z.square().sum(), layer.attn.qkv.weight)[0]
+        if run is layer:
+            ref = (x, y, z, grad)
+    for a, b in zip(ref, (x, y, z, grad)):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_packed_seeds_match_their_separate_trainings(corpus):
+    specs = [shared_spec(seed=s, tokens=20 * 4 * 32) for s in range(2)]
+    packed = train_packed(specs, None, corpus)
+    alone = [train(s, corpus) for s in specs]
+    plain = train(dataclasses.replace(specs[0], model=dataclasses.replace(specs[0].model, kv_share="none")), corpus)
+    for p, a in zip(packed, alone):
+        assert abs(p.val_loss - a.val_loss) < 3e-6 and p.config == a.config
+    assert abs(plain.val_loss - alone[0].val_loss) > 1e-4  # sharing took part
+
+
+# --------------------------------------------------------------------------- the command line
+
+
+@pytest.mark.parametrize("bad", ["first:0", "first:x", "first:-1", "foo"])
+def test_the_train_command_refuses_a_bad_window(tmp_path, bad):
+    runs = tmp_path / "runs.csv"
+    out = run_cli("train", "--map", "2,1,1,1", "--kv-share", bad, "--tokens", "1e3", "--runs", runs)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.strip().count("\n") == 0 and "--kv-share" in out.stderr
+    assert not runs.exists() and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("compile", [False, True])
+def test_packed_on_cuda_matches_separate_on_cuda(corpus, compile):
+    """The GPU study's path: seeds packed (math attention under vmap) against separate
+    trainings (the fused kernels with a boolean mask), bf16, compiled or not."""
+    specs = [dataclasses.replace(shared_spec(seed=s, tokens=20 * 4 * 32, precision="bf16", compile=compile),
+                                 device="cuda") for s in range(3)]
+    packed = train_packed(specs, None, corpus)
+    for p, a in zip(packed, [train(s, corpus) for s in specs]):
+        assert p.device.startswith("cuda") and abs(p.val_loss - a.val_loss) < 3e-2
