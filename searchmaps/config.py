@@ -138,16 +138,24 @@ class ReuseMap:
 
 @dataclass(frozen=True)
 class Candidate:
-    """What differs between the candidates of one search: the reuse map and the
-    positional encoding. ``label`` (``4,2,1,1|rope``) names it in tables, figures and
-    the statistics; code reads the fields, never the label."""
+    """What differs between the candidates of one search: the reuse map, the positional
+    encoding and the memory sharing (``kv_share``, ``none`` unless the space lists more).
+    ``label`` (``4,2,1,1|rope``; ``4,2,1,1|rope|first:64`` when sharing) names it in tables,
+    figures and the statistics; code reads the fields, never the label (:meth:`from_label`
+    reads one back where only a label was stored)."""
 
     reuse: ReuseMap
     pe: str
+    kv_share: str = "none"
 
     @property
     def label(self) -> str:
-        return f"{self.reuse}|{self.pe}"
+        return f"{self.reuse}|{self.pe}" + ("" if self.kv_share == "none" else f"|{self.kv_share}")
+
+    @classmethod
+    def from_label(cls, label: str, n_layers: int) -> "Candidate":
+        m, pe, *kv = str(label).split("|")
+        return cls(ReuseMap.parse(m, n_layers), pe, *kv[:1])
 
     def __str__(self) -> str:
         return self.label

@@ -4,6 +4,7 @@ Checked against token-by-token decoding from a real cache (``LoopedLM.decode``, 
 exactly the cache ``flops.kv_bytes_per_token`` counts), against ``none`` where nothing can
 be shared, and through every path that trains a model (compiled layers, packed seeds)."""
 
+import csv
 import dataclasses
 
 import pytest
@@ -13,7 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from searchmaps import flops
-from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, TrialSpec
+from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrialSpec
 from searchmaps.model import LoopedLM, share_keys
 from searchmaps.train import train, train_packed
 
@@ -241,3 +242,101 @@ def test_packed_on_cuda_matches_separate_on_cuda(corpus, compile):
     packed = train_packed(specs, None, corpus)
     for p, a in zip(packed, [train(s, corpus) for s in specs]):
         assert p.device.startswith("cuda") and abs(p.val_loss - a.val_loss) < 3e-2
+
+
+# --------------------------------------------------------------------------- a factor of the search
+
+
+def shared_space(tmp_path, kv='["none", "first:8"]', where="top"):
+    from conftest import TINY_SPACE
+
+    text = TINY_SPACE.replace('pe = ["rope"]', f'pe = ["rope"]\nkv_share = {kv}') if where == "top" else \
+        TINY_SPACE.replace("seq_len = 32", f"seq_len = 32\nkv_share = {kv}")
+    path = tmp_path / "kv.toml"
+    path.write_text(text)
+    return path
+
+
+def test_a_space_lists_settings_as_it_lists_encodings(tmp_path):
+    import optuna
+
+    from searchmaps.config import Candidate
+    from searchmaps.plan import SearchPlan
+    from searchmaps.spaces import load_space
+    from searchmaps.study import candidate_params, distributions, suggest_candidate
+
+    space = load_space(str(shared_space(tmp_path)))
+    assert space.kv_share == ("none", "first:8") and space.model.kv_share == "none"
+    plan = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1)
+    maps = {str(c.reuse) for c in plan.candidates}
+    assert {(str(c.reuse), c.kv_share) for c in plan.candidates} == {(m, k) for m in maps for k in space.kv_share}
+    shared = [c for c in plan.candidates if c.kv_share == "first:8"]
+    assert shared[0].label == f"{shared[0].reuse}|rope|first:8"
+    assert Candidate.from_label(shared[0].label, 2) == shared[0]
+    assert plan.spec(shared[0], 0).model.kv_share == "first:8"
+    assert plan.protocol()["kv_shares"] == ["none", "first:8"]
+    assert plan.baseline() == Candidate(ReuseMap((1, 1)), "rope", "none")
+    for c in plan.candidates:  # the optimisers' parameters say the setting and give the candidate back
+        params = candidate_params(plan, c)
+        dists = distributions(plan)
+        optuna.trial.create_trial(params=params, distributions={k: dists[k] for k in params}, value=0.0)
+        assert suggest_candidate(optuna.trial.FixedTrial(params), plan) == c
+    one = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1,
+                     kv_shares=("first:8",))
+    assert {c.kv_share for c in one.candidates} == {"first:8"}
+    plain = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1,
+                       kv_shares=("none",))
+    assert "kv_shares" not in plain.protocol() and "kv_share" not in distributions(plain)  # as before the option
+
+
+def test_rows_carry_the_setting_and_old_files_read_as_none(tmp_path):
+    from searchmaps.results import RunsFile, describe, read_runs
+
+    spec = shared_spec()
+    row = describe(spec)
+    assert row.kv_share == "first:8" and row.label == "3,1|alibi|first:8" and row.config["model.kv_share"] == "first:8"
+    assert row.candidate.kv_share == "first:8"
+    RunsFile(tmp_path / "runs.csv").append([row, describe(tiny_spec())])
+    back = read_runs(tmp_path / "runs.csv")
+    assert [(r.kv_share, r.label) for r in back] == [("first:8", "3,1|alibi|first:8"), ("none", "1,1|rope")]
+    old = tmp_path / "old.csv"  # a runs.csv from before the column: its rows are none; a shared row is refused
+    with open(tmp_path / "runs.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    with open(old, "w", newline="") as f:
+        keep = [k for k in rows[0] if k not in ("kv_share", "config.model.kv_share")]
+        writer = csv.DictWriter(f, keep, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerow(rows[1])
+    assert [r.kv_share for r in read_runs(old)] == ["none"]
+    with pytest.raises(ConfigError, match="--kv-share"):
+        RunsFile(old).append([describe(shared_spec(seed=1))])
+    assert RunsFile(old).append([describe(tiny_spec(seed=1))]) == 1
+
+
+@pytest.mark.parametrize("how", ["flag", "space", "model"])
+@pytest.mark.parametrize("bad", ["first:0", "first:x", "first:-1", "foo"])
+def test_the_search_command_refuses_a_bad_setting(tmp_path, capsys, how, bad):
+    from searchmaps.run import main
+
+    space = shared_space(tmp_path, f'["{bad}"]' if how == "space" else f'"{bad}"', "top" if how != "model" else "model")
+    if how == "flag":
+        space = shared_space(tmp_path, '["none"]')
+    argv = ["--space", str(space), "--budget-flops", "1e9", "--results-dir", str(tmp_path / "r"), "--dry-run"]
+    assert main(argv + (["--kv-share", f"none,{bad}"] if how == "flag" else [])) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and ("--kv-share" in err if how != "model" else "top-level kv_share" in err), err
+    assert not (tmp_path / "r").exists()
+
+
+def test_the_dry_run_lists_each_setting_with_its_cache(tmp_path, capsys):
+    from searchmaps.run import main
+
+    argv = ["--space", str(shared_space(tmp_path)), "--budget-flops", "1e9", "--results-dir", str(tmp_path / "r"),
+            "--dry-run", "--maps", "3,1"]
+    assert main(argv) == 0
+    lines = [line.split() for line in capsys.readouterr().out.splitlines() if line.startswith("3,1 ")]
+    cfg = ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32).with_map("3,1")
+    assert [(w[2], int(w[-1].replace(",", ""))) for w in lines] == [
+        ("none", flops.kv_bytes_per_token(cfg)),
+        ("first:8", flops.kv_bytes_per_token(dataclasses.replace(cfg, kv_share="first:8")))]
+    assert int(lines[1][-1].replace(",", "")) < int(lines[0][-1].replace(",", ""))

@@ -123,8 +123,10 @@ def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec)
     device = resolve_device(spec.device)
     precision = spec.train.precision
     batches = validation_batches(corpus, spec)
-    ilr = [m for m in maps if not m.is_block]
-    blocks = [m for m in maps if m.is_block]
+    # the shared walk below runs each layer plainly: with memory sharing every map runs its own forward
+    walked = model.cfg.kv_share == "none"
+    ilr = [m for m in maps if not m.is_block and walked]
+    blocks = [m for m in maps if m.is_block or not walked]
     children: dict[tuple, set] = {}
     for m in ilr:
         for depth in range(len(m.repeats)):
