@@ -340,3 +340,23 @@ def test_the_dry_run_lists_each_setting_with_its_cache(tmp_path, capsys):
         ("none", flops.kv_bytes_per_token(cfg)),
         ("first:8", flops.kv_bytes_per_token(dataclasses.replace(cfg, kv_share="first:8")))]
     assert int(lines[1][-1].replace(",", "")) < int(lines[0][-1].replace(",", ""))
+
+
+def test_the_supernet_scores_a_shared_model_map_by_map(corpus):
+    """Its scoring walk shares a layer's passes between maps, which memory sharing would
+    not see: a shared model's maps are scored by their own forwards, and equal them."""
+    from searchmaps.data import val_batches
+    from searchmaps.supernet import score_maps
+    from searchmaps.train import evaluate
+
+    spec = shared_spec(tokens=512)
+    maps = [ReuseMap.parse(m, 2) for m in ("1,1", "2,1", "3,1", "1,3")] + [ReuseMap((1, 1), 2)]
+    model = model_of(spec.model)
+    scores = score_maps(model, maps, corpus, spec)
+    val = val_batches(corpus, spec.train.batch_size, spec.model.seq_len, spec.train.eval_tokens)
+    for m in maps:
+        model.cfg = spec.model.with_map(m)
+        assert scores[m] == evaluate(model, val, "cpu", "fp32"), m
+    model.cfg = dataclasses.replace(spec.model, kv_share="none")
+    plain = score_maps(model, maps, corpus, spec)
+    assert plain[maps[0]] == scores[maps[0]] and plain[maps[2]] != scores[maps[2]]

@@ -169,7 +169,8 @@ def score_rows(result: SupernetResult, space: Space, spec: TrialSpec) -> list[di
     rows = []
     for m, loss in result.scores.items():
         cfg = spec.model.with_map(m)
-        rows.append({"map": str(m), "pe": cfg.pe, "seed": result.seed, "sampling": result.sampling,
+        rows.append({"map": str(m), "pe": cfg.pe, **({"kv_share": cfg.kv_share} if cfg.kv_share != "none" else {}),
+                     "seed": result.seed, "sampling": result.sampling,
                      "val_loss": loss, "val_ppl": perplexity(loss), "flops_per_token": flops.flops_per_token(cfg),
                      "kv_bytes_per_token": flops.kv_bytes_per_token(cfg), "applied_layers": m.applied_layers,
                      "steps_trained": result.trained.get(m, 0), "supernet_steps": result.record.steps,

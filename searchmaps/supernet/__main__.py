@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"... {len(ranked)} maps in {plan.study_dir / 'supernet.csv'}", file=sys.stderr)
     from ..report import supernet as section
 
-    scores["candidate"] = scores["map"] + "|" + scores["pe"]
+    scores["candidate"] = section.labels(scores)
     if truth is not None:
         agreement = section.validate(scores, truth, plan.top_group_rule, plan.alpha)
         if agreement is None:
