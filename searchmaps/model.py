@@ -94,15 +94,18 @@ class Block(nn.Module):
     def forward(self, x, pos=(), kv=None, keys=None, keep=False):
         """``x`` after this layer; with ``keep``, (that, this pass's own keys and values).
         ``kv``, ``keys``: memory sharing, as :meth:`Attention.forward` takes them."""
+        out = self.attn(x if self.postnorm else self.norm1(x), pos, kv, keys, keep)
+        a, own = out if keep else (out, None)
         if self.postnorm:
-            a = self.attn(x, pos, kv, keys, keep)
-            x = self.norm1(self.alpha * x + (a[0] if keep else a))
+            x = self.norm1(self.alpha * x + a)
             x = self.norm2(self.alpha * x + self.mlp(x))
+        elif self.branch != 1.0:
+            x = x + self.branch * a
+            x = x + self.branch * self.mlp(self.norm2(x))
         else:
-            a = self.attn(self.norm1(x), pos, kv, keys, keep)
-            x = x + self.branch * (a[0] if keep else a) if self.branch != 1.0 else x + (a[0] if keep else a)
-            x = x + self.branch * self.mlp(self.norm2(x)) if self.branch != 1.0 else x + self.mlp(self.norm2(x))
-        return (x, a[1]) if keep else x
+            x = x + a
+            x = x + self.mlp(self.norm2(x))
+        return (x, own) if keep else x
 
 
 # --------------------------------------------------------------------------- model
