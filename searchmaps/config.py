@@ -174,7 +174,8 @@ def resolve_candidate(name: str, candidates, flag: str = "--reference") -> Candi
         return hits[0]
     labels = ", ".join(c.label for c in (hits or cands))
     if hits:
-        raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE")
+        kv = "|KV" if any(c.kv_share != "none" for c in hits) else ""  # MAP|PE|first:64 where memory is shared
+        raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE{kv}")
     raise ConfigError(f"{flag} {name} is not among the candidates ({labels}); name one of those")
 
 

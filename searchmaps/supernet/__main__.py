@@ -43,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.prescreen:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
         plan = build_plan(args)
+        if len(plan.kv_shares) > 1:
+            raise ConfigError(f"--kv-share: a supernet trains one memory-sharing setting, got {','.join(plan.kv_shares)}")
         if not args.study:
             plan = dataclasses.replace(plan, study=f"{plan.space.name}-supernet-{args.sampling}-b{plan.budget_flops:.3g}")
         truth = None
