@@ -377,3 +377,33 @@ def test_planned_comparisons_name_a_setting_by_its_label(tmp_path):
     assert pairs == [(Candidate(two_one, "rope", "first:8"), Candidate(two_one, "rope"))]
     with pytest.raises(ConfigError, match=r"as MAP\|PE\|KV"):
         resolve_candidate("2,1", [Candidate(two_one, "rope"), Candidate(two_one, "rope", "first:8")])
+
+
+def test_the_report_keeps_each_setting_a_candidate_of_its_own(tmp_path):
+    """A study over both settings: summary.csv has a kv_share column and a row per (map,
+    setting), with each setting's KV bytes; the Pareto figure names the setting."""
+    import json
+
+    import pandas as pd
+    from helpers import study_info, study_records
+
+    from searchmaps.report.write import write_report
+    from searchmaps.results import RunsFile
+
+    results = {"1,1,1,1|rope": [15.0, 15.2, 14.9], "4,2,1,1|rope": [13.9, 14.0, 13.8], "2,2,2,2|rope": [14.1, 14.3, 14.0]}
+    rows = study_records(results)
+    shared = [r.replace(kv_share="first:8", run_id=r.run_id + "-kv", val_loss=r.val_loss + 0.01,
+                        kv_bytes_per_token=r.kv_bytes_per_token // 2) for r in rows]
+    folder = tmp_path / "s"
+    folder.mkdir()
+    RunsFile(folder / "runs.csv").append(rows + shared)
+    (folder / "study.json").write_text(json.dumps(study_info("s", 3, kv_shares=["none", "first:8"])))
+    report = write_report(folder)
+    summary = pd.read_csv(folder / "summary.csv", dtype={"candidate": str, "map": str}).set_index("candidate")
+    assert list(summary.columns[:3]) == ["map", "pe", "kv_share"]
+    assert set(summary.index) == set(results) | {f"{c}|first:8" for c in results}
+    for c in results:
+        assert summary.loc[f"{c}|first:8", "kv_share"] == "first:8" and summary.loc[c, "kv_share"] == "none"
+        assert summary.loc[f"{c}|first:8", "kv_bytes_per_token"] == summary.loc[c, "kv_bytes_per_token"] // 2
+    ticks = set(report.pareto_figure.layout.xaxis.ticktext)
+    assert {"4,2,1,1 (none)", "4,2,1,1 (first:8)"} <= ticks, ticks
