@@ -507,7 +507,8 @@ def _exact(a, b) -> bool:
 
 # columns of RunRecord newer than tests/golden/train.json, with the value they hold for its trainings
 ADDED_SINCE = {"packed": 1, "config.preset": "", "config.model.init": "scaled", "config.train.decay_gains": False,
-               "config.train.micro_batch": 0, "config.train.eval_protocol": "windows"}
+               "config.train.micro_batch": 0, "config.train.eval_protocol": "windows", "kv_share": "none",
+               "config.model.kv_share": "none"}
 
 
 @pytest.mark.parametrize("name", CASES)
