@@ -407,3 +407,30 @@ def test_the_report_keeps_each_setting_a_candidate_of_its_own(tmp_path):
         assert summary.loc[f"{c}|first:8", "kv_bytes_per_token"] == summary.loc[c, "kv_bytes_per_token"] // 2
     ticks = set(report.pareto_figure.layout.xaxis.ticktext)
     assert {"4,2,1,1 (none)", "4,2,1,1 (first:8)"} <= ticks, ticks
+
+
+@pytest.mark.parametrize("sampler", ["grid", "tpe"])
+def test_a_tiny_search_over_both_settings(ray_cluster, tmp_path, sampler):
+    """End to end through Ray, the ledger and Optuna: each map once per setting, the rows
+    and the trials saying which; the optimiser proposes the setting as a parameter."""
+    import optuna
+    from optuna.trial import TrialState
+
+    from searchmaps.results import read_runs
+    from searchmaps.run import main
+
+    results = tmp_path / "results"
+    argv = ["--space", str(shared_space(tmp_path)), "--budget-flops", "1e9", "--results-dir", str(results),
+            "--compile", "off", "--precision", "fp32", "--quiet", "--no-report", "--seeds", "1", "--study", "s",
+            "--sampler", sampler, "--ray-address", ray_cluster, "--tokens", "1024"]
+    argv += ["--maps", "2,1"] if sampler == "grid" else ["--trials", "3"]
+    assert main(argv) == 0
+    rows = read_runs(results / "s" / "runs.csv")
+    trials = [t for t in optuna.load_study(study_name="s", storage=f"sqlite:///{results}/s/optuna.db").get_trials()
+              if t.state == TrialState.COMPLETE]
+    assert sorted(r.label for r in rows) == sorted(t.user_attrs["candidate"] for t in trials)
+    assert all(r.status.value == "ok" and r.config["model.kv_share"] == r.kv_share for r in rows)
+    assert all(t.params["kv_share"] == t.user_attrs["kv_share"] for t in trials)
+    if sampler == "grid":
+        assert sorted(r.label for r in rows) == ["2,1|rope", "2,1|rope|first:8"]
+        assert rows[0].kv_bytes_per_token != rows[1].kv_bytes_per_token
