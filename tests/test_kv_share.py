@@ -223,12 +223,28 @@ def test_packed_seeds_match_their_separate_trainings(corpus):
 
 
 @pytest.mark.parametrize("bad", ["first:0", "first:x", "first:-1", "foo"])
-def test_the_train_command_refuses_a_bad_window(tmp_path, bad):
+def test_the_train_command_refuses_a_bad_window(tmp_path, capsys, bad):
+    from searchmaps.train.__main__ import main
+
     runs = tmp_path / "runs.csv"
-    out = run_cli("train", "--map", "2,1,1,1", "--kv-share", bad, "--tokens", "1e3", "--runs", runs)
-    assert out.returncode == 2, out.stderr
-    assert out.stderr.strip().count("\n") == 0 and "--kv-share" in out.stderr
-    assert not runs.exists() and list(tmp_path.iterdir()) == []
+    assert main(["--map", "2,1,1,1", "--kv-share", bad, "--tokens", "1e3", "--runs", str(runs)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--kv-share" in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_the_train_command_trains_a_shared_map(tmp_path):
+    """As a user runs it, in a process of its own: the row says the setting."""
+    from searchmaps.results import read_runs
+
+    runs = tmp_path / "runs.csv"
+    out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+                  "--kv-share", "first:8", "--tokens", "512", "--batch-size", "4", "--eval-tokens", "256",
+                  "--compile", "off", "--quiet", "--runs", runs)
+    assert out.returncode == 0, out.stderr
+    (row,) = read_runs(runs)
+    assert row.label == "2,1|rope|first:8" and row.kv_bytes_per_token == flops.kv_bytes_per_token(
+        ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32, kv_share="first:8").with_map("2,1"))
 
 
 @pytest.mark.cuda
