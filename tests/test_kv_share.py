@@ -303,6 +303,7 @@ def test_a_space_lists_settings_as_it_lists_encodings(tmp_path):
     plain = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1,
                        kv_shares=("none",))
     assert "kv_shares" not in plain.protocol() and "kv_share" not in distributions(plain)  # as before the option
+    assert "kv_share" not in plain.protocol()["model"] and "kv_share" not in candidate_params(plain, plain.candidates[0])
 
 
 def test_rows_carry_the_setting_and_old_files_read_as_none(tmp_path):
