@@ -122,6 +122,11 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--init", default=None,
                    help=f"weight initialisation: {' or '.join(INITS)}; scaled (default): N(0, 0.02) with the residual "
                         f"projections also scaled by 1/sqrt(2 x layers); normal: N(0, 0.02) for every matrix (ILR)")
+    g.add_argument("--kv-share", default=None, metavar="none|first:W",
+                   help="memory-shared loops: none (default), or first:W: a repeated layer's later passes (and a "
+                        "repeated stack's) read the first pass's keys and values for positions W or more back and "
+                        "keep only their last W of their own (docs/architecture.md); searchmaps.run: a comma "
+                        "list, each setting a factor of the candidates as --pe is (default: the space's kv_share)")
 
 
 def add_preset_arg(p: argparse.ArgumentParser) -> None:
@@ -219,7 +224,8 @@ def build_train_parser() -> Parser:
 def model_overrides(args: argparse.Namespace) -> dict:
     """ModelConfig fields the user set on the command line."""
     names = {"layers": "n_layers", "d_model": "d_model", "heads": "n_heads", "ffn_hidden": "ffn_hidden",
-             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init"}
+             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init",
+             "kv_share": "kv_share"}
     return {f: getattr(args, a) for a, f in names.items() if getattr(args, a, None) is not None}
 
 
@@ -399,10 +405,12 @@ def build_plan(args: argparse.Namespace) -> SearchPlan:
                           f"{space.model.n_layers}; give --space a space of {model['n_layers']} layers")
     train["precision"] = resolve_precision(args.precision, device)
     train["compile"] = resolve_compile(args.compile, device)
+    kv = model.pop("kv_share", None)  # a factor of the candidates, as --pe: not the template's
     model = {k: v for k, v in model.items() if k != "n_layers"}
     space = space.with_overrides(model=model, train=train)
     pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
-    common = dict(space=space, budget_flops=args.budget_flops, pes=pes, seeds=args.seeds, study="-",
+    kv_shares = tuple(x.strip() for x in kv.split(",")) if kv is not None else ()
+    common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=kv_shares, seeds=args.seeds, study="-",
                   results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
                   storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
                   gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, threads=args.threads, device=device,
@@ -466,4 +474,5 @@ def default_study_name(plan: SearchPlan) -> str:
     horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
     if plan.ladder:
         horizon += f"-to{plan.ladder[-1]:.0e}"
-    return f"{plan.space.name}-{'-'.join(plan.pes)}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")
+    kv = "" if plan.kv_shares == ("none",) else "-kv-" + "-".join(k.replace(":", "") for k in plan.kv_shares)
+    return f"{plan.space.name}-{'-'.join(plan.pes)}{kv}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")

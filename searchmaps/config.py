@@ -139,16 +139,24 @@ class ReuseMap:
 
 @dataclass(frozen=True)
 class Candidate:
-    """What differs between the candidates of one search: the reuse map and the
-    positional encoding. ``label`` (``4,2,1,1|rope``) names it in tables, figures and
-    the statistics; code reads the fields, never the label."""
+    """What differs between the candidates of one search: the reuse map, the positional
+    encoding and the memory sharing (``kv_share``, ``none`` unless the space lists more).
+    ``label`` (``4,2,1,1|rope``; ``4,2,1,1|rope|first:64`` when sharing) names it in tables,
+    figures and the statistics; code reads the fields, never the label (:meth:`from_label`
+    reads one back where only a label was stored)."""
 
     reuse: ReuseMap
     pe: str
+    kv_share: str = "none"
 
     @property
     def label(self) -> str:
-        return f"{self.reuse}|{self.pe}"
+        return f"{self.reuse}|{self.pe}" + ("" if self.kv_share == "none" else f"|{self.kv_share}")
+
+    @classmethod
+    def from_label(cls, label: str, n_layers: int) -> "Candidate":
+        m, pe, *kv = str(label).split("|")
+        return cls(ReuseMap.parse(m, n_layers), pe, *kv[:1])
 
     def __str__(self) -> str:
         return self.label
@@ -167,7 +175,8 @@ def resolve_candidate(name: str, candidates, flag: str = "--reference") -> Candi
         return hits[0]
     labels = ", ".join(c.label for c in (hits or cands))
     if hits:
-        raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE")
+        kv = "|KV" if any(c.kv_share != "none" for c in hits) else ""  # MAP|PE|first:64 where memory is shared
+        raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE{kv}")
     raise ConfigError(f"{flag} {name} is not among the candidates ({labels}); name one of those")
 
 
@@ -233,6 +242,9 @@ class ModelConfig:
     # scaled: N(0, 0.02), residual projections (proj, down) also scaled by 1/sqrt(2 n_layers) (GPT-2);
     # normal: N(0, 0.02) for every matrix (ILR). deeploop keeps its DeepNorm init (needs scaled)
     init: Init = "scaled"
+    # memory-shared loops (Looped Prediction Transformer): "none", or "first:W": a repeated layer's later
+    # passes (and a repeated stack's) read the first pass's keys/values for positions W or more back
+    kv_share: str = "none"
 
     def __post_init__(self) -> None:
         _positive("--layers", self.n_layers)
@@ -262,6 +274,7 @@ class ModelConfig:
         if self.init == "normal" and self.residual == "deeploop":
             raise ConfigError("--init normal cannot combine with --residual deeploop, which has its own (DeepNorm) "
                               "initialisation; use --init scaled or another --residual")
+        parse_kv_share(self.kv_share)
         if not isinstance(self.reuse, ReuseMap):
             raise ConfigError("--map: expected a ReuseMap")
         if self.reuse.n_layers != self.n_layers:
@@ -274,6 +287,11 @@ class ModelConfig:
         return self.d_model // self.n_heads
 
     @property
+    def kv_window(self) -> int | None:
+        """``kv_share``'s window W (``first:W``), or None for ``none``."""
+        return parse_kv_share(self.kv_share)
+
+    @property
     def encoding(self) -> Encoding:
         """The positional encoding ``pe`` names (:mod:`searchmaps.encodings`)."""
         return ENCODINGS[self.pe]
@@ -282,6 +300,20 @@ class ModelConfig:
         if isinstance(reuse, str):
             reuse = ReuseMap.parse(reuse, self.n_layers)
         return dataclasses.replace(self, reuse=reuse)
+
+
+def parse_kv_share(text) -> int | None:
+    """``--kv-share none|first:W`` -> None or the window W (an integer >= 1). ConfigError
+    naming the flag for anything else."""
+    if text == "none":
+        return None
+    w = text[len("first:"):] if isinstance(text, str) and text.startswith("first:") else ""
+    if not (w.isascii() and w.isdigit()) or int(w) < 1:
+        raise ConfigError(f"--kv-share must be none or first:W with a whole number W >= 1 (the positions a later "
+                          f"pass keeps of its own keys and values), got {text!r}")
+    if w != str(int(w)):
+        raise ConfigError(f"--kv-share: write the window without leading zeros, first:{int(w)}, got {text!r}")
+    return int(w)
 
 
 # --------------------------------------------------------------------------- training
@@ -442,8 +474,8 @@ class TrialSpec:
         changes the numbers except the seed (so all seeds of a candidate share it). The
         schedule fields enter only where they change the numbers (a cosine schedule
         ignores the cooldown; no fixed warm-up), so configurations from before they existed
-        keep their hash. So do the recipe options at their defaults (``init``, ``decay_gains``,
-        ``eval_protocol``); ``micro_batch`` never enters (it changes how a step is computed,
+        keep their hash. So do the recipe options at their defaults (``init``, ``kv_share``,
+        ``decay_gains``, ``eval_protocol``); ``micro_batch`` never enters (it changes how a step is computed,
         not what: the numbers agree up to float rounding), nor does the preset's name (its
         values are the fields)."""
         d = self.to_dict()
@@ -461,8 +493,8 @@ class TrialSpec:
         return hashlib.sha256(blob).hexdigest()[:12]
 
 
-RECIPE_DEFAULTS = {"model.init": "scaled", "train.decay_gains": False, "train.eval_protocol": "windows",
-                   "train.exit_eps": (), "train.exit_tolerance": 0.005}
+RECIPE_DEFAULTS = {"model.init": "scaled", "model.kv_share": "none", "train.decay_gains": False,
+                   "train.eval_protocol": "windows", "train.exit_eps": (), "train.exit_tolerance": 0.005}
 """Options added after studies were committed, at the values those studies ran with: a
 configuration at these values keeps the hash (and the protocol) it had before they existed."""
 

@@ -69,11 +69,23 @@ class Encoding:
         """Queries and keys (B, nh, T, hs) as the attention scores them."""
         return q, k
 
-    def attend(self, q, k, v, pos: tuple):
-        """Causal attention (B, nh, T, hs)."""
+    def row(self, pos: tuple, t: int) -> tuple:
+        """What a layer call for the single token at position ``t`` takes (token-by-token
+        decoding, :meth:`~searchmaps.model.LoopedLM.decode`), from the whole sequence's
+        ``pos``: :meth:`qk` rotates that one token; :meth:`attend` with ``keys`` indexes
+        by the positions it is given."""
+        return pos
+
+    def attend(self, q, k, v, pos: tuple, keys=None):
+        """Attention (B, nh, Tq, hs). ``keys`` None: causal over k's T positions. Else
+        (query positions (Tq,), key positions (S,), allowed (Tq, S) bool): each query reads
+        the keys ``allowed`` marks (memory-shared loops, decoding from a cache), the key
+        positions saying how far back each one lies."""
         import torch.nn.functional as F
 
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        if keys is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=keys[2])
 
 
 class NoPE(Encoding):
@@ -103,6 +115,9 @@ class RoPE(Encoding):
 
     def qk(self, q, k, pos: tuple):
         return apply_rope(q, *pos), apply_rope(k, *pos)
+
+    def row(self, pos: tuple, t: int) -> tuple:
+        return tuple(p[t:t + 1] for p in pos)
 
 
 class Learned(Encoding):
@@ -141,10 +156,13 @@ class ALiBi(Encoding):
     def positions(self, model, T: int) -> tuple:
         return (model.alibi[:, :, :T, :T],)
 
-    def attend(self, q, k, v, pos: tuple):
+    def attend(self, q, k, v, pos: tuple, keys=None):
         import torch.nn.functional as F
 
         (bias,) = pos
+        if keys is not None:  # the bias of each (query, key) pair by their positions, -inf where not allowed
+            qpos, kpos, allowed = keys
+            bias = bias[:, :, qpos[:, None], kpos[None, :]].masked_fill(~allowed, float("-inf"))
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
 
 

@@ -11,6 +11,13 @@ Conventions:
   Kaplan et al. convention; real kernels may skip up to half of it);
 - cost is per *applied* layer: a layer run r times costs r times, so FLOPs follow
   ``reuse.applied_layers``, not the parameter count;
+- memory-shared loops (``--kv-share first:W``) cost what plain loops cost: a later pass's
+  query still reads each earlier position once (from its own keys inside the window, from
+  the first pass's beyond it), so the count above stands and a map costs the same FLOPs
+  under either setting (a FLOP horizon gives both the same tokens). The parallel forward
+  scores such a pass against 2T key slots, half of them masked (as the causal half is
+  counted but masked): FlopCounterMode sees 4*T*d more per later pass and token, an
+  overhead of this implementation, not of the model (tests/test_kv_share.py checks both);
 - training FLOPs = 3 x forward (the backward pass costs twice the forward: one
   product for the input gradient, one for the weight gradient).
 """
@@ -50,9 +57,21 @@ def train_flops_per_token(cfg: ModelConfig) -> int:
 
 
 def kv_bytes_per_token(cfg: ModelConfig, bytes_per_element: int = 2) -> int:
-    """KV-cache bytes per token of context at inference: every applied layer writes
-    its own K and V (d_model values each), stored in 16-bit by default."""
-    return cfg.reuse.applied_layers * 2 * cfg.d_model * bytes_per_element
+    """KV-cache bytes per token of context at inference, at the model's context ``seq_len``
+    (T), stored in 16-bit by default: a cached position is one K and one V of d_model values.
+    Without memory sharing every applied layer writes its own cache of T positions, so this
+    is ``applied_layers * 2 * d_model * bytes``. With ``--kv-share first:W`` each layer's first
+    pass (in a block map: the stack's first run) still caches T positions and every later
+    pass only its last min(W, T) (a ring): the cache holds ``n_layers * T + (applied_layers -
+    n_layers) * min(W, T)`` positions, divided by T here (rounded to a whole byte; exact
+    whenever T divides 2 * d_model * bytes * W). :meth:`~searchmaps.model.LoopedLM.decode`
+    holds exactly this cache (tests/test_kv_share.py)."""
+    per_position = 2 * cfg.d_model * bytes_per_element
+    W, T = cfg.kv_window, cfg.seq_len
+    if W is None:
+        return cfg.reuse.applied_layers * per_position
+    positions = cfg.n_layers * T + (cfg.reuse.applied_layers - cfg.n_layers) * min(W, T)
+    return (positions * per_position + T // 2) // T
 
 
 def param_count(cfg: ModelConfig) -> int:

@@ -33,9 +33,15 @@ class Attention(nn.Module):
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
-    def forward(self, x, pos=()):
+    def forward(self, x, pos=(), kv=None, keys=None, keep=False):
         """``pos``: the encoding's positions for this pass; a layer called without them
-        (a probe, a test) attends causally with no positional information."""
+        (a probe, a test) attends causally with no positional information.
+
+        Memory sharing (``--kv-share``, :func:`share_keys`): ``kv`` is another pass's keys
+        and values (B, nh, S', hs), placed after this pass's own on the key axis; ``keys``
+        (query positions, key positions, allowed (Tq, S) bool) says which keys each query
+        reads, instead of the causal default. ``keep``: also return this pass's own keys
+        and values as attention used them (RoPE's already rotated)."""
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, nh, T, hs)
@@ -43,11 +49,17 @@ class Attention(nn.Module):
         v = v.view(B, T, self.n_heads, -1).transpose(1, 2)
         if pos:
             q, k = self.encoding.qk(q, k, pos)
+        own = (k, v)
+        if kv is not None:
+            k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
+        if keys is not None:
+            y = self.encoding.attend(q, k, v, pos, keys)
+        elif pos:
             y = self.encoding.attend(q, k, v, pos)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        y = y.transpose(1, 2).reshape(B, T, C)
-        return self.proj(y)
+        y = self.proj(y.transpose(1, 2).reshape(B, T, C))
+        return (y, own) if keep else y
 
 
 class SwiGLU(nn.Module):
@@ -79,15 +91,21 @@ class Block(nn.Module):
         self.attn = Attention(cfg)
         self.mlp = SwiGLU(cfg)
 
-    def forward(self, x, pos=()):
+    def forward(self, x, pos=(), kv=None, keys=None, keep=False):
+        """``x`` after this layer; with ``keep``, (that, this pass's own keys and values).
+        ``kv``, ``keys``: memory sharing, as :meth:`Attention.forward` takes them."""
+        out = self.attn(x if self.postnorm else self.norm1(x), pos, kv, keys, keep)
+        a, own = out if keep else (out, None)
         if self.postnorm:
-            x = self.norm1(self.alpha * x + self.attn(x, pos))
-            return self.norm2(self.alpha * x + self.mlp(x))
-        if self.branch != 1.0:
-            x = x + self.branch * self.attn(self.norm1(x), pos)
-            return x + self.branch * self.mlp(self.norm2(x))
-        x = x + self.attn(self.norm1(x), pos)
-        return x + self.mlp(self.norm2(x))
+            x = self.norm1(self.alpha * x + a)
+            x = self.norm2(self.alpha * x + self.mlp(x))
+        elif self.branch != 1.0:
+            x = x + self.branch * a
+            x = x + self.branch * self.mlp(self.norm2(x))
+        else:
+            x = x + a
+            x = x + self.mlp(self.norm2(x))
+        return (x, own) if keep else x
 
 
 # --------------------------------------------------------------------------- model
@@ -162,11 +180,82 @@ class LoopedLM(nn.Module):
             raise ValueError(f"--residual {cfg.residual} scales by the map's depth: it cannot run another map")
         reuse = cfg.reuse if reuse is None else reuse
         e, pos = self.embed(idx)
+        W, T = cfg.kv_window, idx.shape[1]
+        # memory sharing changes nothing unless a layer runs twice and some key lies W or more back
+        share = W is not None and W < T and reuse.applied_layers > reuse.n_layers
+        keys = share_keys(T, W, idx.device) if share else None
+        first: list = [None] * reuse.n_layers  # each layer's first pass's keys and values
         x = e
         for k in range(reuse.block):
             if k > 0:
                 x = x + e  # block recurrence re-injects the input embedding
-            for layer, r in zip(self.layers, reuse.repeats):
+            for i, (layer, r) in enumerate(zip(self.layers, reuse.repeats)):
                 for _ in range(r):
-                    x = layer(x, pos)
+                    if not share or (first[i] is None and r == 1 and reuse.block == 1):
+                        x = layer(x, pos)  # no sharing, or a layer that runs once
+                    elif first[i] is None:
+                        x, first[i] = layer(x, pos, keep=True)  # its first pass: keys and values kept
+                    else:
+                        x = layer(x, pos, kv=first[i], keys=keys)
         return self.head(x, targets)
+
+    @torch.no_grad()
+    def decode(self, idx: torch.Tensor):
+        """The forward pass as inference runs it: token by token, each applied layer pass
+        reading and writing a key/value cache. Returns (logits (B, T, vocab), the cache's
+        entries at the end: one (positions, keys, values) per applied pass, keys and values
+        (B, nh, positions, hs)). Without memory sharing every pass caches every position;
+        with ``first:W`` a layer's first pass (in a block map: the stack's first run) caches
+        every position and its later passes only their last W (a ring), reading the first
+        pass's cache for the positions W or more back. Its logits equal :meth:`forward`'s
+        up to float rounding: the test of both, and of ``flops.kv_bytes_per_token``."""
+        cfg, reuse = self.cfg, self.cfg.reuse
+        B, T = idx.shape
+        e, pos = self.embed(idx)
+        W = cfg.kv_window if cfg.kv_window is not None and reuse.applied_layers > reuse.n_layers else T
+        cache: dict = {}  # (stack run, layer, pass) -> (positions, K, V)
+        out = []
+        for t in range(T):
+            row = self.encoding.row(pos, t)
+            x = e[:, t:t + 1]
+            for k in range(reuse.block):
+                if k > 0:
+                    x = x + e[:, t:t + 1]
+                for i, (layer, r) in enumerate(zip(self.layers, reuse.repeats)):
+                    for p in range(r):
+                        later = k > 0 or p > 0
+                        P, K, V = cache.get((k, i, p), (idx.new_zeros(0), None, None))
+                        # what a pass reads of its own: a later pass its window (its ring of W but the slot
+                        own = (P > t - W) | (not later)  # the current token overwrites), a first pass all of it
+                        kv_pos = [P[own]]
+                        kv = [K[:, :, own], V[:, :, own]] if K is not None else None
+                        if later and t - W >= 0:  # the first pass's keys W or more back
+                            _, K1, V1 = cache[(0, i, 0)]
+                            old = idx.new_tensor(range(t - W + 1))
+                            K1, V1 = K1[:, :, : t - W + 1], V1[:, :, : t - W + 1]
+                            kv = [K1, V1] if kv is None else [torch.cat((kv[0], K1), 2), torch.cat((kv[1], V1), 2)]
+                            kv_pos.append(old)
+                        key_pos = torch.cat([idx.new_tensor([t])] + kv_pos)
+                        keys = (idx.new_tensor([t]), key_pos, torch.ones(1, len(key_pos), dtype=torch.bool,
+                                                                          device=idx.device))
+                        x, (k1, v1) = layer(x, row, kv=kv, keys=keys, keep=True)
+                        K = k1 if K is None else torch.cat((K, k1), 2)
+                        V = v1 if V is None else torch.cat((V, v1), 2)
+                        P = torch.cat((P, idx.new_tensor([t])))
+                        if later:  # a later pass keeps only its last W positions
+                            P, K, V = P[-W:], K[:, :, -W:], V[:, :, -W:]
+                        cache[(k, i, p)] = (P, K, V)
+            out.append(self.head(x)[0])
+        return torch.cat(out, dim=1), list(cache.values())
+
+
+def share_keys(T: int, W: int, device=None):
+    """What a later pass of a layer reads under ``--kv-share first:W``, for the parallel
+    forward: its own keys then the first pass's on one key axis of 2T, each query i reading
+    its own keys j with i - W < j <= i and the first pass's with j <= i - W (causal, every
+    key position once). (query positions (T,), key positions (2T,), allowed (T, 2T) bool)."""
+    q = torch.arange(T, device=device)
+    key_pos = torch.cat((q, q))
+    d = q[:, None] - q[None, :]  # i - j
+    allowed = torch.cat(((d >= 0) & (d < W), d >= W), dim=1)
+    return q, key_pos, allowed

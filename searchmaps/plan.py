@@ -15,7 +15,7 @@ from pathlib import Path
 
 from . import flops
 from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigError, ReuseMap, TrialSpec,
-                     folder_name_problem, parse_planned)
+                     folder_name_problem, parse_kv_share, parse_planned)
 from .encodings import ENCODINGS
 from .objectives import DEFAULT as DEFAULT_OBJECTIVES
 from .objectives import OBJECTIVES
@@ -61,6 +61,7 @@ class SearchPlan:
     study: str
     results_dir: Path = Path("results")
     pes: tuple[str, ...] = ()
+    kv_shares: tuple[str, ...] = ()  # --kv-share settings, a factor like the PEs; () -> the space's
     seeds: int | None = None
     sampler: str = AUTO  # a name in searchmaps.samplers.SAMPLERS, or auto
     trials: int | None = None
@@ -103,6 +104,12 @@ class SearchPlan:
         if len(set(pes)) != len(pes):
             raise ConfigError(f"--pe lists an encoding twice: {','.join(pes)}")
         set_("pes", pes)
+        kvs = tuple(self.kv_shares) or self.space.kv_share
+        for kv in kvs:
+            parse_kv_share(kv)
+        if len(set(kvs)) != len(kvs):
+            raise ConfigError(f"--kv-share lists a setting twice: {','.join(kvs)}")
+        set_("kv_shares", kvs)
         seeds = self.space.seeds if self.seeds is None else self.seeds
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(f"--seeds must be at least 1, got {seeds}")
@@ -128,13 +135,13 @@ class SearchPlan:
         if self.sampler not in SAMPLER_CHOICES:
             raise ConfigError(f"--sampler must be one of {', '.join(SAMPLER_CHOICES)}, got {self.sampler!r}")
         if self.maps:
-            bad = [str(m) for m in self.maps if not self.feasible(Candidate(m, pes[0]))]
+            bad = [str(m) for m in self.maps if not self.feasible(Candidate(m, pes[0], kvs[0]))]
             if bad:
                 raise ConfigError(f"--maps: {', '.join(bad)} not in the space {self.space.name} within the budget")
             set_("maps", tuple(dict.fromkeys(self.maps)))
             set_("sampler", "grid")
         if self.sampler == AUTO:
-            set_("sampler", resolve_auto(self.n_feasible * len(pes)))
+            set_("sampler", resolve_auto(self.n_feasible * len(pes) * len(kvs)))
         set_("objectives", parse_objectives(self.objectives))
         for name in self.objectives:  # an objective the rows would not carry (exit_flops_per_token without --exit-eps)
             if problem := OBJECTIVES[name].problem(self.space.train):
@@ -159,7 +166,7 @@ class SearchPlan:
         key = "tokens" if self.space.train.tokens is not None else "train_flops"
         where = f"{self.space.source}: [train].{key}" if self.ladder == self.space.ladder else None
         for m in {max(maps, key=lambda m: m.applied_layers), min(maps, key=lambda m: m.applied_layers)}:
-            spec = self.spec(Candidate(m, pes[0]), 0)
+            spec = self.spec(Candidate(m, pes[0], kvs[0]), 0)
             plan_steps(spec)  # a FLOP-matched horizon must buy one step
             if self.ladder:  # increasing, wsd, distinct steps, cooldowns after the warm-up
                 make_ladder(spec, self.ladder, where)
@@ -203,18 +210,20 @@ class SearchPlan:
         """How many candidates the search trains at most."""
         if self.candidates is not None:
             return len(self.candidates)
-        return min(self.trials or DEFAULT_TRIALS, self.n_feasible * len(self.pes))
+        return min(self.trials or DEFAULT_TRIALS, self.n_feasible * len(self.pes) * len(self.kv_shares))
 
     def feasible(self, cand: Candidate) -> bool:
-        """In the space's domain, at or under the budget, with one of the plan's PEs."""
-        return (cand.pe in self.pes and self.space.contains(cand.reuse)
+        """In the space's domain, at or under the budget, with one of the plan's PEs and
+        memory-sharing settings."""
+        return (cand.pe in self.pes and cand.kv_share in self.kv_shares and self.space.contains(cand.reuse)
                 and map_flops(self.space, cand.reuse) <= self.budget_flops)
 
     def flops_per_token(self, cand: Candidate) -> int:
         return flops.flops_per_token(self.model(cand))
 
     def model(self, cand: Candidate):
-        return dataclasses.replace(self.space.model, reuse=cand.reuse, pe=cand.pe, vocab_size=self.vocab_size)
+        return dataclasses.replace(self.space.model, reuse=cand.reuse, pe=cand.pe, kv_share=cand.kv_share,
+                                   vocab_size=self.vocab_size)
 
     def spec(self, cand: Candidate, seed: int, lr: float | None = None) -> TrialSpec:
         """The candidate's training at ``seed`` (with a ladder: to its first horizon; the ladder
@@ -234,8 +243,8 @@ class SearchPlan:
         return self.study_dir / "checkpoints" / f"{safe}-seed{seed}-rung{rung}.pt"
 
     def baseline(self) -> Candidate | None:
-        """The all-ones map under the first PE, if it is a candidate."""
-        base = Candidate(ReuseMap.baseline(self.space.model.n_layers), self.pes[0])
+        """The all-ones map under the first PE (and memory-sharing setting), if it is a candidate."""
+        base = Candidate(ReuseMap.baseline(self.space.model.n_layers), self.pes[0], self.kv_shares[0])
         if self.candidates is not None:
             return base if base in self.candidates else None
         return base if self.feasible(base) else None
@@ -257,12 +266,14 @@ class SearchPlan:
             parts = {text[:i] for i, ch in enumerate(text) if ch in ":/"} | {text[i + 1:] for i, ch in
                                                                             enumerate(text) if ch in ":/"}
             for part in parts:
-                name, _, pe = part.partition("|")
+                name, _, rest = part.partition("|")
+                pe, _, kv = rest.partition("|")
                 try:
                     reuse = ReuseMap.parse(name, self.space.model.n_layers)
                 except ConfigError:
                     continue
-                universe |= {c for c in (Candidate(reuse, p) for p in ([pe] if pe else self.pes)) if self.feasible(c)}
+                universe |= {c for c in (Candidate(reuse, p, k) for p in ([pe] if pe else self.pes)
+                                         for k in ([kv] if kv else self.kv_shares)) if self.feasible(c)}
         try:
             parse_planned(self.planned, universe)
         except ConfigError as exc:
@@ -300,6 +311,7 @@ class SearchPlan:
             "space": self.space.name,
             "budget_flops": self.budget_flops,
             "pes": list(self.pes),
+            **({"kv_shares": list(self.kv_shares)} if self.kv_shares != ("none",) else {}),
             "seeds": self.seeds,
             "sampler": self.sampler,
             "horizon": "tokens" if t.tokens is not None else "train_flops",

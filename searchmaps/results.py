@@ -125,6 +125,7 @@ class RunRecord:
     exit_s: float = _NAN
     curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
     config: Mapping = field(default_factory=dict)
+    kv_share: str = "none"  # --kv-share (memory-shared loops); rows from before it: none
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
@@ -133,12 +134,13 @@ class RunRecord:
     @property
     def candidate(self) -> Candidate:
         n_layers = int(self.config.get("model.n_layers", len(self.map.split(","))))
-        return Candidate(ReuseMap.parse(self.map, n_layers), self.pe)
+        return Candidate(ReuseMap.parse(self.map, n_layers), self.pe, self.kv_share)
 
     @property
     def label(self) -> str:
-        """The candidate's name in tables and statistics (``4,2,1,1|rope``)."""
-        return f"{self.map}|{self.pe}"
+        """The candidate's name in tables and statistics (``4,2,1,1|rope``; with memory
+        sharing ``4,2,1,1|rope|first:64``), as :attr:`Candidate.label` writes it."""
+        return f"{self.map}|{self.pe}" + ("" if self.kv_share == "none" else f"|{self.kv_share}")
 
     @property
     def ok(self) -> bool:
@@ -199,7 +201,7 @@ def describe(spec: TrialSpec, data_fingerprint: str = "") -> RunRecord:
 
     cfg = spec.model
     return RunRecord(
-        run_id=new_run_id(), map=str(cfg.reuse), pe=cfg.pe, seed=spec.seed, status=Status.OK,
+        run_id=new_run_id(), map=str(cfg.reuse), pe=cfg.pe, kv_share=cfg.kv_share, seed=spec.seed, status=Status.OK,
         config_hash=spec.config_hash(), horizon="tokens" if spec.train.tokens is not None else "train_flops",
         horizon_target=float(spec.train.tokens if spec.train.tokens is not None else spec.train.train_flops),
         n_params=flops.param_count(cfg), applied_layers=cfg.reuse.applied_layers,
@@ -224,7 +226,7 @@ COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", 
            "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
            "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
            "packed", "torch_version", "host", "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token",
-           "exit_grid", "exit_s", "curve"]
+           "exit_grid", "exit_s", "curve", "kv_share"]
 _RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
 _REQUIRED = ("map", "pe", "seed", "status")
 
@@ -263,6 +265,8 @@ def parse_row(row: Mapping[str, str], where: str) -> RunRecord:
                 kw[key] = int(float(text)) if text not in ("", "nan") else default
             elif key in _FLOAT:
                 kw[key] = float(text) if text != "" else _NAN
+            elif key == "kv_share":
+                kw[key] = text or "none"
             elif key == "curve":
                 points = json.loads(text) if text else []
                 kw[key] = tuple(p for p in points if isinstance(p, dict))
@@ -410,6 +414,9 @@ class RunsFile:
                 if not new:
                     return 0
                 rows = [r.to_row() for r in new]
+                if header is not None and "kv_share" not in header and any(r.kv_share != "none" for r in new):
+                    raise ResultsError(f"{self.path} was written before --kv-share and has no column for it; "
+                                       f"append these rows to another runs.csv")
                 if header is None:
                     header = list(rows[0])
                     for row in rows[1:]:

@@ -47,19 +47,21 @@ class Sampler:
 
 
 def grid_candidates(plan) -> tuple[Candidate, ...]:
-    """Every feasible map (or the plan's ``maps``) under every PE, cut at ``--trials``."""
+    """Every feasible map (or the plan's ``maps``) under every PE and memory-sharing setting,
+    cut at ``--trials``."""
     maps = list(plan.maps) or feasible_maps(plan.space, plan.budget_flops)
-    cands = [Candidate(m, pe) for pe in plan.pes for m in maps]
+    cands = [Candidate(m, pe, kv) for pe in plan.pes for kv in plan.kv_shares for m in maps]
     return tuple(cands[: plan.trials] if plan.trials else cands)
 
 
 def random_candidates(plan) -> tuple[Candidate, ...]:
     """A uniform sample of the feasible maps, seeded by ``--search-seed``; the same sampled
-    maps under every PE, so PEs are compared on equal maps."""
+    maps under every PE and memory-sharing setting, so those are compared on equal maps."""
     n = plan.trials or DEFAULT_TRIALS
     rng = np.random.default_rng(plan.search_seed)
-    maps = sample_feasible(plan.space, plan.budget_flops, math.ceil(n / len(plan.pes)), rng)
-    return tuple([Candidate(m, pe) for m in maps for pe in plan.pes][:n])
+    factors = [(pe, kv) for pe in plan.pes for kv in plan.kv_shares]
+    maps = sample_feasible(plan.space, plan.budget_flops, math.ceil(n / len(factors)), rng)
+    return tuple([Candidate(m, pe, kv) for m in maps for pe, kv in factors][:n])
 
 
 def _proposes_nothing(samplers, seed: int):

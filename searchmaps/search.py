@@ -42,9 +42,11 @@ def _on_signal(signum, _frame):
 
 def headline(plan: SearchPlan) -> str:
     """The plan's space, how much of it fits the budget, and the candidates that makes."""
+    kv = len(plan.kv_shares)
     return (f"space {plan.space.name}: {plan.space.count()} maps, {plan.n_feasible} within "
-            f"{plan.budget_flops:.4g} FLOPs/token x {len(plan.pes)} PE(s) = {plan.n_feasible * len(plan.pes)} "
-            f"candidates")
+            f"{plan.budget_flops:.4g} FLOPs/token x {len(plan.pes)} PE(s)"
+            + (f" x {kv} --kv-share settings" if plan.kv_shares != ("none",) else "")
+            + f" = {plan.n_feasible * len(plan.pes) * kv} candidates")
 
 
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,

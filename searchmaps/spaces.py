@@ -18,19 +18,21 @@ from typing import Iterator
 import numpy as np
 
 from . import flops
-from .config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig, folder_name_problem
+from .config import (POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig, folder_name_problem,
+                     parse_kv_share)
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-TOP_KEYS = {"name": str, "description": str, "pe": None, "seeds": None,  # None: Space checks it
+TOP_KEYS = {"name": str, "description": str, "pe": None, "kv_share": None, "seeds": None,  # None: Space checks it
             "model": dict, "train": dict, "maps": dict, "published": dict}
 MAP_KEYS = {"repeats": None, "block": None, "list": None}
 MODEL_FIXED = {"reuse": "is not set here: list maps under [maps]",
                "vocab_size": "comes from the data: remove it",
-               "pe": "is not set here: list encodings in the top-level pe = [...]"}
+               "pe": "is not set here: list encodings in the top-level pe = [...]",
+               "kv_share": 'is not set here: list settings in the top-level kv_share = ["none", "first:W"]'}
 SAMPLE_LIMIT = sys.maxsize  # random.sample needs len(range(count)); beyond it, reject repeats
 WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a table"}
 
@@ -48,6 +50,7 @@ class Space:
     model: ModelConfig
     train: TrainConfig
     pe: tuple[str, ...] = ("rope",)
+    kv_share: tuple[str, ...] = ("none",)  # memory-shared loops (--kv-share), a factor like pe
     seeds: int = 3
     repeats: tuple[int, int] | None = None
     block: tuple[int, ...] = ()
@@ -70,6 +73,15 @@ class Space:
         if not (isinstance(pe, tuple) and pe and len(set(pe)) == len(pe) and set(pe) <= set(POSITIONAL_ENCODINGS)):
             raise SpaceError(f"{src}: pe must be a non-empty list of distinct names from "
                              f"{', '.join(POSITIONAL_ENCODINGS)}, got {show(pe)}")
+        kv = self.kv_share
+        if not (isinstance(kv, tuple) and kv and len(set(kv)) == len(kv) and all(isinstance(x, str) for x in kv)):
+            raise SpaceError(f"{src}: kv_share must be a non-empty list of distinct settings like "
+                             f'["none", "first:64"] (--kv-share), got {show(kv)}')
+        for x in kv:
+            try:
+                parse_kv_share(x)
+            except ConfigError as e:
+                raise SpaceError(f"{src}: kv_share: {e}") from None
         if type(self.seeds) is not int or self.seeds < 1:
             raise SpaceError(f"{src}: seeds must be an integer >= 1, got {self.seeds!r}")
         if r is not None and not (ints(r) and len(r) == 2 and 1 <= r[0] <= r[1]):
@@ -96,10 +108,11 @@ class Space:
         horizons = (("tokens", "train_flops"), ("train_flops", "tokens"))
         tkw.update({b: None for a, b in horizons if a in tkw and b not in tkw})
         ladder = () if {"tokens", "train_flops"} & tkw.keys() else self.ladder  # a new horizon replaces the ladder
-        fields = ModelConfig.__dataclass_fields__.keys() - {"reuse", "pe"}, TrainConfig.__dataclass_fields__.keys()
+        fields = (ModelConfig.__dataclass_fields__.keys() - {"reuse", "pe", "kv_share"},
+                  TrainConfig.__dataclass_fields__.keys())
         if bad := sorted(mkw.keys() - fields[0] | tkw.keys() - fields[1]):
             raise ConfigError(f"cannot override {', '.join(bad)}: no such model/train setting, or the space "
-                              f"({self.source}) sets it (maps, pe)")
+                              f"({self.source}) sets it (maps, pe, kv_share)")
         new_model, maps = dataclasses.replace(self.model, **mkw, reuse=None), self.maps
         if (n := new_model.n_layers) != self.model.n_layers:
             if any(not m.is_block for m in maps):
@@ -206,6 +219,7 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     published, source, ptokens = _published(src, d.get("published", {}), built["model"].n_layers)
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
+                 kv_share=tup(d.get("kv_share", ["none"])),
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
                  maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder, lr_grid=lr_grid,
                  published=published, published_source=source, published_tokens=ptokens, **built)

@@ -83,6 +83,8 @@ def distributions(plan: SearchPlan) -> dict:
     ``block``; ``listed``: ``map``, a map the space lists outside its repeats range)."""
     space = plan.space
     d = {"pe": CategoricalDistribution(list(plan.pes))}
+    if plan.kv_shares != ("none",):  # a parameter only where the space varies it: older studies keep theirs
+        d["kv_share"] = CategoricalDistribution(list(plan.kv_shares))
     kinds = []
     if space.repeats is not None:
         kinds.append("ilr")
@@ -111,11 +113,12 @@ def _listed(plan: SearchPlan) -> list[str]:
 
 
 def candidate_params(plan: SearchPlan, cand: Candidate) -> dict:
+    head = {"pe": cand.pe} | ({"kv_share": cand.kv_share} if plan.kv_shares != ("none",) else {})
     if cand.reuse.is_block:
-        return {"pe": cand.pe, "kind": "block", "block": cand.reuse.block}
+        return head | {"kind": "block", "block": cand.reuse.block}
     if str(cand.reuse) in _listed(plan):
-        return {"pe": cand.pe, "kind": "listed", "map": str(cand.reuse)}
-    return {"pe": cand.pe, "kind": "ilr", **{f"r{i + 1}": r for i, r in enumerate(cand.reuse.repeats)}}
+        return head | {"kind": "listed", "map": str(cand.reuse)}
+    return head | {"kind": "ilr", **{f"r{i + 1}": r for i, r in enumerate(cand.reuse.repeats)}}
 
 
 def suggest_candidate(trial: optuna.Trial, plan: SearchPlan) -> Candidate:
@@ -124,13 +127,14 @@ def suggest_candidate(trial: optuna.Trial, plan: SearchPlan) -> Candidate:
     d = distributions(plan)
     n = plan.space.model.n_layers
     pe = trial.suggest_categorical("pe", d["pe"].choices)
+    kv = trial.suggest_categorical("kv_share", d["kv_share"].choices) if "kv_share" in d else "none"
     kind = trial.suggest_categorical("kind", d["kind"].choices)
     if kind == "block":
-        return Candidate(ReuseMap((1,) * n, trial.suggest_categorical("block", d["block"].choices)), pe)
+        return Candidate(ReuseMap((1,) * n, trial.suggest_categorical("block", d["block"].choices)), pe, kv)
     if kind == "listed":
-        return Candidate(ReuseMap.parse(trial.suggest_categorical("map", d["map"].choices), n), pe)
+        return Candidate(ReuseMap.parse(trial.suggest_categorical("map", d["map"].choices), n), pe, kv)
     lo, hi = plan.space.repeats
-    return Candidate(ReuseMap(tuple(trial.suggest_int(f"r{i + 1}", lo, hi) for i in range(n))), pe)
+    return Candidate(ReuseMap(tuple(trial.suggest_int(f"r{i + 1}", lo, hi) for i in range(n))), pe, kv)
 
 
 def make_sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
@@ -187,7 +191,7 @@ class SearchStudy:
         return self.storage.get_trial(self._id_of(number)).state
 
     def _attrs(self, cand: Candidate) -> dict:
-        return {"candidate": cand.label, "map": str(cand.reuse), "pe": cand.pe,
+        return {"candidate": cand.label, "map": str(cand.reuse), "pe": cand.pe, "kv_share": cand.kv_share,
                 "flops_per_token": self.plan.flops_per_token(cand), "driver": self.ledger.driver_id}
 
     def _create_running(self, cand: Candidate, replaces: int | None = None) -> int:
@@ -267,8 +271,7 @@ class SearchStudy:
         n = self.plan.space.model.n_layers
         out = []
         for e in sorted(self.ledger.entries(), key=lambda e: (e.trial_number is None, e.trial_number or 0)):
-            m, _, pe = e.candidate.rpartition("|")
-            out.append(Candidate(ReuseMap.parse(m, n), pe))
+            out.append(Candidate.from_label(e.candidate, n))
         return out
 
     def report_rung(self, event: RungDone) -> None:

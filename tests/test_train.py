@@ -507,7 +507,8 @@ def _exact(a, b) -> bool:
 
 # columns of RunRecord newer than tests/golden/train.json, with the value they hold for its trainings
 ADDED_SINCE = {"packed": 1, "config.preset": "", "config.model.init": "scaled", "config.train.decay_gains": False,
-               "config.train.micro_batch": 0, "config.train.eval_protocol": "windows",
+               "config.train.micro_batch": 0, "config.train.eval_protocol": "windows", "kv_share": "none",
+               "config.model.kv_share": "none",
                **dict.fromkeys(("exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"), math.nan),
                "exit_grid": "", "config.train.exit_eps": [], "config.train.exit_tolerance": 0.005}
 

@@ -15,9 +15,11 @@ _LAYOUT = dict(template="plotly_white", font=dict(size=14), margin=dict(l=70, r=
 
 
 def _labels(summary: pd.DataFrame) -> pd.Series:
-    """Map labels; with several PEs the PE is added, else the same map would appear twice."""
-    if summary["pe"].nunique() > 1:
-        return summary["map"].astype(str) + " (" + summary["pe"].astype(str) + ")"
+    """Map labels; with several PEs (or memory-sharing settings) those are added, else the
+    same map would appear twice."""
+    parts = [c for c in ("pe", "kv_share") if c in summary and summary[c].nunique() > 1]
+    if parts:
+        return summary["map"].astype(str) + " (" + summary[parts].astype(str).agg(", ".join, axis=1) + ")"
     return summary["map"].astype(str)
 
 

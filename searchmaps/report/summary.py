@@ -64,7 +64,7 @@ def load_info(study_dir) -> dict:
 
 
 def candidates(records: list[RunRecord]) -> dict[str, Candidate]:
-    """Each label in the rows -> its candidate, built from the ``map`` and ``pe`` fields."""
+    """Each label in the rows -> its candidate, built from the ``map``, ``pe`` and ``kv_share`` fields."""
     out = {}
     for r in records:
         if r.label not in out:
@@ -181,9 +181,12 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
         s = pd.concat([s, pd.DataFrame({"candidate": failed_only, "n_seeds": 0, "in_top_group": False})],
                       ignore_index=True)
     first = runs.groupby("candidate").first()
-    for col in ("map", "pe"):
+    shared = "kv_share" in runs and (runs["kv_share"] != "none").any()  # a column only where a study varies it
+    for col in ("map", "pe", "kv_share") if shared else ("map", "pe"):
         s[col] = s["candidate"].map(first[col])
     columns = [c.format(second=second_name) for c in SUMMARY_COLUMNS]
+    if shared:
+        columns.insert(columns.index("pe") + 1, "kv_share")
     extra = [o for o in objectives if o.column not in columns]
     for o in [*(objs.get(n) for n in COSTS), *extra]:
         s[o.column] = s["candidate"].map(ok.groupby("candidate")[o.name].mean() if o.per_seed else first[o.name])

@@ -34,8 +34,17 @@ def load(study_dir) -> pd.DataFrame | None:
     missing = {"map", "pe", "seed", "val_loss", "flops_per_token"} - set(df.columns)
     if missing:
         raise ResultsError(f"{path}: no {', '.join(sorted(missing))} column; not written by searchmaps.supernet")
-    df["candidate"] = df["map"] + "|" + df["pe"]
+    df["candidate"] = labels(df)
     return df
+
+
+def labels(scores: pd.DataFrame) -> pd.Series:
+    """The candidate label of each ``supernet.csv`` row (``map|pe``, ``|kv_share`` added
+    where the supernet shared memory), as a study's rows label theirs."""
+    out = scores["map"] + "|" + scores["pe"]
+    if "kv_share" in scores:
+        out = out + scores["kv_share"].fillna("none").map(lambda k: "" if k == "none" else f"|{k}")
+    return out
 
 
 def means(scores: pd.DataFrame) -> pd.DataFrame:

@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.prescreen:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
         plan = build_plan(args)
+        if len(plan.kv_shares) > 1:
+            raise ConfigError(f"--kv-share: a supernet trains one memory-sharing setting, got {','.join(plan.kv_shares)}")
         if not args.study:
             extra = ("-distill" if args.distill else "") + (f"-ft{args.finetune_tokens:.0e}".replace("+", "")
                                                               if args.finetune_tokens else "") \
@@ -86,7 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{parser.prog}: interrupted — run the same command again to resume (finished seeds are kept)",
               file=sys.stderr)
         return 130
-    scores["candidate"] = scores["map"] + "|" + scores["pe"]
+    from ..report import supernet as section
+
+    scores["candidate"] = section.labels(scores)
     info = None
     if args.landmarks:
         from .landmarks import calibrate
@@ -98,8 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     for m, r in ranked.head(15).iterrows():
         print(f"{m:<24} {int(r['flops']):>13,} {np.exp(r['loss']):>12.3f}")
     print(f"... {len(ranked)} maps in {plan.study_dir / 'supernet.csv'}", file=sys.stderr)
-    from ..report import supernet as section
-
     if truth is not None:
         agreement = section.validate(scores, truth, plan.top_group_rule, plan.alpha)
         if agreement is None:

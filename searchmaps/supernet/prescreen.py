@@ -20,7 +20,7 @@ def supernet_specs(plan: SearchPlan, seeds: int, lr: float | None = None, first:
     """One training spec per supernet seed (``first``, ``first + 1``, ...): the plan's
     protocol (at ``lr``; None: the plan's rate), validated on its cheapest map."""
     cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
-    return [plan.spec(Candidate(cheap, plan.pes[0]), seed, lr) for seed in range(first, first + seeds)]
+    return [plan.spec(Candidate(cheap, plan.pes[0], plan.kv_shares[0]), seed, lr) for seed in range(first, first + seeds)]
 
 
 def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool = True,
@@ -34,9 +34,11 @@ def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool 
 
 
 def check_prescreen(plan: SearchPlan) -> None:
-    """A prescreen picks the maps itself, for one PE."""
+    """A prescreen picks the maps itself, for one PE and one memory-sharing setting."""
     if plan.maps or len(plan.pes) > 1:
         raise ConfigError("--prescreen chooses the maps itself for one PE: drop --maps, give one --pe")
+    if len(plan.kv_shares) > 1:
+        raise ConfigError("--prescreen chooses the maps itself for one memory-sharing setting: give one --kv-share")
 
 
 def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: bool = True,
@@ -53,7 +55,7 @@ def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: 
     # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
     # the (perhaps randomly sampled) candidates of the un-narrowed plan hold it
     base = ReuseMap.baseline(plan.space.model.n_layers)
-    with_base = plan.feasible(Candidate(base, plan.pes[0])) and base not in kept
+    with_base = plan.feasible(Candidate(base, plan.pes[0], plan.kv_shares[0])) and base not in kept
     if with_base:
         kept.append(base)
     info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling,

@@ -50,7 +50,6 @@ import torch
 import torch.nn.functional as F
 
 from .. import flops
-from ..config import EXIT_EPS_GRID as DEFAULT_GRID  # noqa: F401 (--exit-eps without a value)
 from ..model import LoopedLM
 from .step import autocast
 
