@@ -180,24 +180,37 @@ class LoopedLM(nn.Module):
             raise ValueError(f"--residual {cfg.residual} scales by the map's depth: it cannot run another map")
         reuse = cfg.reuse if reuse is None else reuse
         e, pos = self.embed(idx)
-        W, T = cfg.kv_window, idx.shape[1]
-        # memory sharing changes nothing unless a layer runs twice and some key lies W or more back
-        share = W is not None and W < T and reuse.applied_layers > reuse.n_layers
-        keys = share_keys(T, W, idx.device) if share else None
-        first: list = [None] * reuse.n_layers  # each layer's first pass's keys and values
+        run = self.pass_runner(reuse, idx.shape[1], idx.device)
         x = e
         for k in range(reuse.block):
             if k > 0:
                 x = x + e  # block recurrence re-injects the input embedding
             for i, (layer, r) in enumerate(zip(self.layers, reuse.repeats)):
                 for _ in range(r):
-                    if not share or (first[i] is None and r == 1 and reuse.block == 1):
-                        x = layer(x, pos)  # no sharing, or a layer that runs once
-                    elif first[i] is None:
-                        x, first[i] = layer(x, pos, keep=True)  # its first pass: keys and values kept
-                    else:
-                        x = layer(x, pos, kv=first[i], keys=keys)
+                    x = run(i, x, pos)
         return self.head(x, targets)
+
+    def pass_runner(self, reuse, T: int, device=None):
+        """``run(i, x, pos)``: one applied pass of layer ``i`` on ``x``, for a caller walking
+        ``reuse``'s passes in order (:meth:`forward`, the exit evaluation). Under ``--kv-share
+        first:W`` it keeps each layer's first pass's keys and values and hands them, with the
+        window's mask, to the later passes; a plain layer call otherwise."""
+        W = self.cfg.kv_window
+        # memory sharing changes nothing unless a layer runs twice and some key lies W or more back
+        share = W is not None and W < T and reuse.applied_layers > reuse.n_layers
+        keys = share_keys(T, W, device) if share else None
+        first: list = [None] * reuse.n_layers  # each layer's first pass's keys and values
+        layers = self.layers
+
+        def run(i: int, x, pos):
+            if not share or (first[i] is None and reuse.repeats[i] == 1 and reuse.block == 1):
+                return layers[i](x, pos)  # no sharing, or a layer that runs once
+            if first[i] is None:
+                x, first[i] = layers[i](x, pos, keep=True)  # its first pass: keys and values kept
+                return x
+            return layers[i](x, pos, kv=first[i], keys=keys)
+
+        return run
 
     @torch.no_grad()
     def decode(self, idx: torch.Tensor):

@@ -58,6 +58,23 @@ def test_eps_zero_under_bf16_autocast_is_the_ordinary_validation_too(corpus):
 
 
 @pytest.mark.parametrize("reuse", MAPS)
+def test_memory_shared_loops_are_evaluated_as_they_were_trained(corpus, reuse):
+    """--kv-share first:W: eps 0 is the ordinary (shared) validation bit for bit, and the
+    exited computation differs from the unshared one on the same weights."""
+    import dataclasses
+
+    spec = tiny_spec(reuse=reuse, tokens=10 * 4 * 32)
+    spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, kv_share="first:4"))
+    models = []
+    train_ladder(spec, None, corpus, on_model=models.append)
+    model, val = models[0], validation_batches(corpus, spec)
+    shared = evaluate_exit(model, val, "cpu", "fp32", 0.0)
+    assert shared.val_loss == evaluate(model, val, "cpu", "fp32")
+    model.cfg = dataclasses.replace(model.cfg, kv_share="none")  # the same weights, every pass its own keys
+    assert evaluate_exit(model, val, "cpu", "fp32", 0.0).val_loss != shared.val_loss
+
+
+@pytest.mark.parametrize("reuse", MAPS)
 def test_a_huge_eps_runs_every_layer_once(trained, reuse):
     spec, model, val = trained[reuse]
     point = evaluate_exit(model, val, "cpu", "fp32", 1e9)

@@ -26,7 +26,11 @@ do not change over the skipped passes, so a decoder with a KV cache projects the
 stack for a block map), queries, attention and SwiGLU skipped. This evaluation computes
 every token's layer in parallel and keeps the frozen rows (``torch.where``), which is
 exactly that rule; :func:`gathered_forward` computes only what the rule needs, to check the
-count against ``FlopCounterMode``.
+count against ``FlopCounterMode``. Under memory-shared loops (``--kv-share first:W``) the
+passes run as the model trained them (:meth:`~searchmaps.model.LoopedLM.pass_runner`): a
+later pass reads its own keys inside the window and the layer's first pass's beyond it,
+an exited token's frozen state among its own; the count is the same (memory sharing costs
+what plain loops cost, :mod:`searchmaps.flops`).
 
 Inference FLOPs per token under exit (:func:`exit_flops`), counted as
 :mod:`searchmaps.flops` counts ``flops_per_token`` (forward, matrix products only, causal
@@ -121,6 +125,7 @@ def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.
     n = B * T
     tally = Tally(tokens=n)
     check = eps > 0
+    run = model.pass_runner(reuse, T, idx.device)  # --kv-share: later passes read the first pass's keys
     x = e
     if reuse.is_block:
         active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
@@ -132,8 +137,8 @@ def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.
                 break
             if k > 0:
                 x = x + e if live == n else torch.where(active, x + e, x)
-            for layer in model.layers:
-                x = layer(x, pos) if live == n else torch.where(active, layer(x, pos), x)
+            for i in range(cfg.n_layers):
+                x = run(i, x, pos) if live == n else torch.where(active, run(i, x, pos), x)
             tally.passes += live * cfg.n_layers
             if check and k < reuse.block - 1:
                 tally.checks += live
@@ -141,7 +146,7 @@ def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.
                 tally.kv += int(stop.sum()) * cfg.n_layers
                 active = active & ~stop
     else:
-        for layer, r in zip(model.layers, reuse.repeats):
+        for i, r in enumerate(reuse.repeats):
             active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
             checking = check and r > 1
             prev = _logp(model, x) if checking else None
@@ -150,7 +155,7 @@ def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.
                 live = int(active.sum())
                 if live == 0:
                     break
-                x = layer(x, pos) if live == n else torch.where(active, layer(x, pos), x)
+                x = run(i, x, pos) if live == n else torch.where(active, run(i, x, pos), x)
                 tally.passes += live
                 if checking and j < r - 1:
                     tally.checks += live
@@ -224,6 +229,8 @@ def gathered_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: to
     cfg, reuse = model.cfg, model.cfg.reuse
     if cfg.residual != "prenorm" or cfg.pe == "alibi":
         raise ValueError("gathered_forward: pre-norm maps with nope, rope or learned positions only")
+    if cfg.kv_window is not None:
+        raise ValueError("gathered_forward: no memory-shared loops (--kv-share)")
     e, pos = model.embed(idx)
     B, T = idx.shape
     d, nh = cfg.d_model, cfg.n_heads
