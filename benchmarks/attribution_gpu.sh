@@ -35,12 +35,7 @@ if [ "$TINY" = "--tiny" ]; then
 else
   LADDER=${LADDER:-2e5,4e5,8e5,1.6e6}; SIZE=(--device cuda --parallel ${PARALLEL:-16} --compile ${COMPILE:-on})
   C_BATCH=2; LONG=1024; SEEDS_CHECK=3; EVAL=131072
-  stamp "machine"
-  nvidia-smi -L 2>/dev/null || true
-  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  ( while sleep 30; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null \
-      | sed "s/^/   gpu: /"; done ) &
-  MONITOR=$!
+  gpu_monitor
 fi
 
 A="--data $STDLIB"

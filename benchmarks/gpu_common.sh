@@ -1,6 +1,8 @@
 # Shared by the scripts a lent GPU machine runs (gpu_check.sh, attribution_gpu.sh); sourced, not run.
 #   gpu_begin LOG_NAME DEFAULT_STUDY_DIR "$@"   sets OUT, STUDY_DIR, TINY, PY, t0; logs to $OUT/LOG_NAME
 #   stamp TEXT                                  prints the seconds since gpu_begin and TEXT
+#   gpu_monitor                                 names the machine, then logs GPU memory and use every 30 s
+#                                               in the background (its pid in MONITOR)
 #   stdlib311_bin                               the committed stdlib bytes (.carry/stdlib311.npz) as a
 #                                               .bin folder at /tmp/stdlib311; fails without the carry
 gpu_begin() {
@@ -17,6 +19,15 @@ gpu_begin() {
 }
 
 stamp() { echo "== $(( $(date +%s) - t0 )) s: $*"; }
+
+gpu_monitor() {
+  stamp "machine"
+  nvidia-smi -L 2>/dev/null || true
+  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
+  ( while sleep 30; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null \
+      | sed "s/^/   gpu: /"; done ) &
+  MONITOR=$!
+}
 
 # the committed studies' corpus is Python 3.11's standard library; a machine with another
 # Python builds another: bring the same bytes as .carry/stdlib311.npz (uint8 train, val)

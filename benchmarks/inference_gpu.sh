@@ -32,12 +32,7 @@ if [ "$TINY" = "--tiny" ]; then
 else
   LADDER=${LADDER:-4e5,1.6e6}; SIZE=(--device cuda --parallel ${PARALLEL:-8} --compile ${COMPILE:-on})
   LONG=1024; EVAL=131072
-  stamp "machine"
-  nvidia-smi -L 2>/dev/null || true
-  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-  ( while sleep 30; do nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader 2>/dev/null \
-      | sed "s/^/   gpu: /"; done ) &
-  MONITOR=$!
+  gpu_monitor
 fi
 
 P="--preset ilr-small --data $EN --seq-len $LONG --batch-size 2 --micro-batch 2 --exit-eps $EPS"
