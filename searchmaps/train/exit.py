@@ -54,6 +54,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import flops
+from ..encodings import Encoding
 from ..model import LoopedLM
 from .step import autocast
 
@@ -227,7 +228,7 @@ def gathered_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: to
     holds :func:`exit_flops` to ``FlopCounterMode``. Pre-norm maps with an encoding that
     attends causally without a bias (nope, rope, learned)."""
     cfg, reuse = model.cfg, model.cfg.reuse
-    if cfg.residual != "prenorm" or cfg.pe == "alibi":
+    if cfg.residual != "prenorm" or type(cfg.encoding).attend is not Encoding.attend:  # a bias (alibi)
         raise ValueError("gathered_forward: pre-norm maps with nope, rope or learned positions only")
     if cfg.kv_window is not None:
         raise ValueError("gathered_forward: no memory-shared loops (--kv-share)")
