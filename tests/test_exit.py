@@ -21,7 +21,7 @@ from searchmaps.run import main as run_main
 from searchmaps.train.__main__ import main as train_main
 from searchmaps.train import evaluate, train_ladder, train_packed, validation_batches
 from searchmaps.train.exit import (ExitPoint, Tally, evaluate_exit, exit_columns, exit_flops, exit_forward,
-                                   gathered_forward, pick)
+                                   exit_grid, gathered_forward, pick)
 
 MAPS = ["3,2", "block:3"]
 STEPS = 30 * 4 * 32  # tokens of 30 steps of the tiny spec
@@ -79,6 +79,19 @@ def test_a_huge_eps_runs_every_layer_once(trained, reuse):
     spec, model, val = trained[reuse]
     point = evaluate_exit(model, val, "cpu", "fp32", 1e9)
     assert point.depth == spec.model.n_layers  # ILR: one pass of each layer; block: one pass of the stack
+
+
+def test_a_map_without_repeats_is_evaluated_once_and_every_threshold_is_its_full_depth(corpus):
+    spec = tiny_spec(reuse="1,1", tokens=STEPS)
+    models = []
+    train_ladder(spec, None, corpus, on_model=models.append)
+    val = validation_batches(corpus, spec)
+    grid = exit_grid(models[0], val, "cpu", "fp32", [1e-3, 1e9])
+    assert [p.eps for p in grid] == [0.0, 1e-3, 1e9]
+    for p in grid:  # what evaluating each threshold on its own gives (nothing to check, nothing to skip)
+        e = evaluate_exit(models[0], val, "cpu", "fp32", p.eps)
+        assert (p.depth, p.val_loss, p.flops_per_token) == (e.depth, e.val_loss, e.flops_per_token)
+    assert grid[0].val_loss == evaluate(models[0], val, "cpu", "fp32") and grid[0].depth == 2
 
 
 @pytest.mark.parametrize("reuse", MAPS)

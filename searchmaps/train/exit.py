@@ -48,7 +48,7 @@ import json
 import math
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -188,8 +188,14 @@ def evaluate_exit(model: LoopedLM, batches, device: str, precision: str, eps: fl
 
 def exit_grid(model: LoopedLM, batches, device: str, precision: str, grid: Iterable[float]) -> list[ExitPoint]:
     """:func:`evaluate_exit` at every threshold of ``grid`` and at 0 (full depth, the
-    reference the tolerance is measured from), ascending."""
-    return [evaluate_exit(model, batches, device, precision, eps) for eps in sorted({0.0, *map(float, grid)})]
+    reference the tolerance is measured from), ascending. A map that repeats nothing has no
+    check to make: every threshold is its full depth, evaluated once."""
+    grid = sorted({0.0, *map(float, grid)})
+    reuse = model.cfg.reuse
+    if reuse.block == 1 and all(r == 1 for r in reuse.repeats):
+        full = evaluate_exit(model, batches, device, precision, 0.0)
+        return [replace(full, eps=eps) for eps in grid]
+    return [evaluate_exit(model, batches, device, precision, eps) for eps in grid]
 
 
 def pick(points: Sequence[ExitPoint], tolerance: float) -> ExitPoint:
