@@ -273,7 +273,8 @@ def test_two_drivers_on_one_study_split_the_work(space_file, tmp_path, ray_env, 
 def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_file, tmp_path, ray_env, sig, code):
     results = tmp_path / "results"
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
-            "--precision", "fp32", "--quiet", "--seeds", "3", "--study", "i", "--workers", "1"]
+            "--precision", "fp32", "--quiet", "--seeds", "3", "--study", "i", "--workers", "1",
+            "--tokens", "32768"]  # ~1 s a training: the 8 left cannot all finish before the signal lands
     runs = results / "i" / "runs.csv"
     proc = run_cli("run", *args, env=ray_env, popen=True)
     deadline = time.time() + 240
