@@ -379,10 +379,15 @@ def build_search_parser() -> Parser:
                         "(plus the baseline) for the seeded stand-alone study")
     w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
     w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
-    w.add_argument("--sampling", choices=("uniform", "sandwich", "fair"), default="uniform",
+    w.add_argument("--sampling", choices=("uniform", "sandwich", "fair"), default=None,
                    help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
                         "the most expensive and a random one in turn), or fair (every layer's repeat values "
-                        "equally often, FairNAS)")
+                        "equally often, FairNAS); default sandwich (uniform with --split depth), the best ranking "
+                        "over both committed comparisons (docs/studies/supernet-methods.md)")
+    w.add_argument("--distill", action=argparse.BooleanOptionalAction, default=None,
+                   help="in-place distillation: every step trains the deepest map on the labels and the step's other "
+                        "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions "
+                        "(default: on with sandwich sampling, off otherwise)")
     add_split_args(w)
     p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -455,7 +460,15 @@ def add_split_args(w) -> None:
 
 
 def check_supernet_args(args: argparse.Namespace) -> None:
-    """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet)."""
+    """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet), their defaults
+    resolved: sandwich sampling with in-place distillation (the best of the committed
+    comparison, docs/studies/supernet-methods.md); uniform, undistilled, with --split depth
+    (a depth group has no cheapest and dearest map to sandwich)."""
+    args.distill_given = args.distill is not None
+    if args.sampling is None:
+        args.sampling = "uniform" if getattr(args, "split", "none") != "none" else "sandwich"
+    if args.distill is None:
+        args.distill = args.sampling == "sandwich"
     if args.supernet_seeds < 1:
         raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
     if args.keep < 1:

@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
         from .supernet.prescreen import prescreen
 
         narrow = functools.partial(prescreen, keep=args.keep, seeds=args.supernet_seeds, sampling=args.sampling,
-                                   progress=not args.quiet, split=args.split, split_budget=args.split_budget)
+                                   progress=not args.quiet, split=args.split, split_budget=args.split_budget,
+                                   distill=args.distill)
     # run -> close
     return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
                       report=not args.no_report, narrow=narrow)

@@ -108,7 +108,7 @@ def test_the_supernet_command_scores_every_map_and_validates_against_stand_alone
 
     results = tmp_path / "results"
     argv = supernet_args(space_file, results, "--study", "sn", "--validate", "1", "--seeds", "2",
-                         "--ray-address", ray_cluster, "--no-report")
+                         "--ray-address", ray_cluster, "--no-report", "--sampling", "uniform")  # one map a step
     assert main(argv) == 0
     scores = pd.read_csv(results / "sn" / "supernet.csv", dtype={"map": str})
     assert sorted(scores["seed"].unique()) == [0, 1]
@@ -158,6 +158,9 @@ def test_a_prescreen_keeps_the_supernets_best_maps_and_the_baseline(ray_cluster,
     assert trained == {best, "1,1"} if best != "1,1" else trained == {"1,1"}
     info = json.loads((results / "pre" / "study.json").read_text())
     assert info["prescreen"]["keep"] == 1 and info["prescreen"]["maps_scored"] == 7
+    # the supernet's default, as searchmaps.supernet's: sandwich sampling with in-place distillation
+    assert info["prescreen"]["sampling"] == "sandwich" and info["prescreen"]["distill"] is True
+    assert scores["distill"].all() and (scores["sampling"] == "sandwich").all()
     assert "Prescreen: a supernet" in (results / "pre" / "report.html").read_text()
 
 
@@ -237,6 +240,35 @@ def test_split_and_sampling_names_are_checked_in_one_line(space_file, tmp_path, 
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and "--sampling sandwich" in lines[0] and "--split" in lines[0]
     assert not results.exists()
+
+
+def test_the_default_supernet_is_sandwich_with_distillation_from_the_deepest_map(space_file, tmp_path, capsys):
+    import pandas as pd
+
+    from searchmaps.supernet.__main__ import main
+
+    results = tmp_path / "results"
+    assert main(supernet_args(space_file, results, "--supernet-seeds", "1")) == 0  # no --study: named by its method
+    (folder,) = list(results.iterdir())
+    assert folder.name.startswith("tiny-supernet-sandwich-distill-b")
+    scores = pd.read_csv(folder / "supernet.csv", dtype={"map": str, "teacher": str})
+    assert (scores["sampling"] == "sandwich").all() and scores["distill"].all()
+    assert scores["teacher"].nunique() == 1
+    teacher = scores["teacher"].iloc[0]
+    assert ReuseMap.parse(teacher, 2).applied_layers == scores["applied_layers"].max() == 4
+    assert scores.loc[scores["map"] == teacher, "steps_distilled"].item() == 0  # it learns from the labels only
+    assert scores["steps_distilled"].sum() > 0
+    # --split depth has no extremes to sandwich: uniform, undistilled; --sampling uniform alone is undistilled
+    for extra, name in ((["--split", "depth"], "d"), (["--sampling", "uniform"], "u"),
+                        (["--no-distill"], "s")):
+        assert main(supernet_args(space_file, results, "--study", name, "--supernet-seeds", "1", *extra)) == 0
+        rows = pd.read_csv(results / name / "supernet.csv")
+        assert not rows["distill"].any() and (rows["steps_distilled"] == 0).all()
+        assert (rows["sampling"] == ("sandwich" if name == "s" else "uniform")).all()
+    # the residual check names the flag the user gave
+    capsys.readouterr()
+    assert main(supernet_args(space_file, results, "--study", "r", "--residual", "deeploop")) == 2
+    assert capsys.readouterr().err.strip().startswith("searchmaps.supernet: error: --residual")
 
 
 def test_the_supernet_command_splits_by_depth_and_samples_fairly(space_file, tmp_path):

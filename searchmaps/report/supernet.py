@@ -187,7 +187,8 @@ def table(m: pd.DataFrame, info: dict) -> str:
     head = ""
     if prescreen:
         head = (f"<p>Prescreen: a supernet trained over all {n_maps} feasible maps ({prescreen.get('sampling')} "
-                f"sampling, {prescreen.get('seeds')} seed(s)) kept the {prescreen.get('keep')} it scored best"
+                f"sampling{', in-place distillation' if prescreen.get('distill') else ''}, "
+                f"{prescreen.get('seeds')} seed(s)) kept the {prescreen.get('keep')} it scored best"
                 f"{' plus the baseline' if prescreen.get('baseline') else ''}; the rest of this report is about those.</p>")
     rows = [[str(i + 1), code(r.map), f"{r.ppl:.3f}", f"{r.flops_per_token:,.0f}", "✓" if r.pareto_optimal else ""]
             for i, r in enumerate(top.itertuples())]

@@ -136,9 +136,6 @@ def add_method_args(parser) -> None:
     """The training methods of this command (docs/supernet.md)."""
     m = parser.add_argument_group("supernet training methods (with --lr-grid/--tuning-seeds: the rate is fitted "
                                   "for the supernet on tuning seeds)")
-    m.add_argument("--distill", action="store_true",
-                   help="in-place distillation: every step trains the deepest map on the labels and the step's other "
-                        "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions")
     m.add_argument("--finetune-tokens", type=count, default=None, metavar="N",
                    help="fine-tune each map N tokens from the shared weights (a copy) before scoring it; the cost is "
                         "counted")
@@ -153,7 +150,7 @@ def check_methods(plan, args) -> None:
     """What needs the plan, before the study folder is made."""
     residual = plan.space.model.residual
     if residual != "prenorm":
-        flag = "--distill" if args.distill else "--residual"
+        flag = "--distill" if args.distill and args.distill_given else "--residual"
         raise ConfigError(f"{flag}: --residual {residual} scales by the map's depth, so one set of weights cannot "
                           f"serve maps of different depths: a supernet needs --residual prenorm")
     if args.finetune_tokens:

@@ -43,13 +43,13 @@ def check_prescreen(plan: SearchPlan) -> None:
 
 def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: bool = True,
               log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), split: str = "none",
-              split_budget: str = "shared") -> SearchPlan:
+              split_budget: str = "shared", distill: bool = False) -> SearchPlan:
     """Train (or read back) the supernet over every feasible map and narrow the plan to the
     ``keep`` maps it scores best, plus the baseline when it is feasible; writes
     ``prescreen.json`` in the study folder (which must exist)."""
     check_prescreen(plan)
     scores = supernet_scores(plan, seeds, sampling, progress=progress, log=log, split=split,
-                             split_budget=split_budget)
+                             split_budget=split_budget, distill=distill)
     ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
     kept = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[:keep]]
     # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
@@ -58,7 +58,7 @@ def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: 
     with_base = plan.feasible(Candidate(base, plan.pes[0], plan.kv_shares[0])) and base not in kept
     if with_base:
         kept.append(base)
-    info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling,
+    info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling, "distill": distill,
             "baseline": with_base, "maps_scored": int(ranked.size)}
     if split != "none":
         info.update(split=split, split_budget=split_budget)
