@@ -46,9 +46,8 @@ def main() -> None:
     ap.add_argument("--eps", type=float, default=1e-2, help="the fixed threshold of the second table")
     args = ap.parse_args()
     d = pd.read_csv(f"{args.folder}/runs.csv")
-    d = d[(d["status"] == "ok") & (d["phase"] == "eval")] if "phase" in d else d[d["status"] == "ok"]
-    kv = d["config.model.kv_share"].fillna("none") if "config.model.kv_share" in d else pd.Series("none", d.index)
-    d = d.assign(kv=kv.replace({"": "none"}))
+    d = d[d["status"] == "ok"]
+    d = d.assign(kv=d["kv_share"].fillna("none"))  # the row's --kv-share setting
     order = list(dict.fromkeys(d["map"]))
     settings = sorted(d["kv"].unique(), key=lambda s: (s != "none", s))
     print(f"{len(d)} ok rows; maps {', '.join(order)}; memory settings {', '.join(settings)}; "
