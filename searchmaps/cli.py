@@ -487,5 +487,5 @@ def default_study_name(plan: SearchPlan) -> str:
     horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
     if plan.ladder:
         horizon += f"-to{plan.ladder[-1]:.0e}"
-    kv = "" if plan.kv_shares == ("none",) else "-kv-" + "-".join(k.replace(":", "") for k in plan.kv_shares)
+    kv = "-kv-" + "-".join(str(k).replace(":", "") for k in plan.kv_shares) if plan.shares_memory else ""
     return f"{plan.space.name}-{'-'.join(plan.pes)}{kv}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")

@@ -134,6 +134,51 @@ class ReuseMap:
         return ",".join(str(r) for r in self.repeats)
 
 
+# --------------------------------------------------------------------------- memory sharing
+
+
+@dataclass(frozen=True)
+class KvShare:
+    """``--kv-share``, parsed once (:func:`parse_kv_share`): ``window`` None is ``none``
+    (every pass attends to its own keys and values); W is ``first:W`` (a layer's later
+    passes read the first pass's keys and values for positions W or more back).
+    ``str()`` writes the flag's text, the form every file, row and label holds."""
+
+    window: int | None = None
+
+    def __post_init__(self) -> None:
+        w = self.window
+        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 1):
+            raise ConfigError(f"--kv-share: the window W of first:W must be a whole number >= 1, got {w!r}")
+
+    @property
+    def shared(self) -> bool:
+        """Whether later passes share the first pass's keys and values (``first:W``)."""
+        return self.window is not None
+
+    def __str__(self) -> str:
+        return "none" if self.window is None else f"first:{self.window}"
+
+
+NO_SHARING = KvShare()
+
+
+def parse_kv_share(text) -> KvShare:
+    """``--kv-share none|first:W`` -> its :class:`KvShare` (a KvShare is returned as it is);
+    the one parser of the text. ConfigError naming the flag for anything else."""
+    if isinstance(text, KvShare):
+        return text
+    if text == "none":
+        return NO_SHARING
+    w = text[len("first:"):] if isinstance(text, str) and text.startswith("first:") else ""
+    if not (w.isascii() and w.isdigit()) or int(w) < 1:
+        raise ConfigError(f"--kv-share must be none or first:W with a whole number W >= 1 (the positions a later "
+                          f"pass keeps of its own keys and values), got {text!r}")
+    if w != str(int(w)):
+        raise ConfigError(f"--kv-share: write the window without leading zeros, first:{int(w)}, got {text!r}")
+    return KvShare(int(w))
+
+
 # --------------------------------------------------------------------------- candidate
 
 
@@ -147,11 +192,14 @@ class Candidate:
 
     reuse: ReuseMap
     pe: str
-    kv_share: str = "none"
+    kv_share: KvShare = NO_SHARING  # its text (none, first:W) is parsed on the way in
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kv_share", parse_kv_share(self.kv_share))
 
     @property
     def label(self) -> str:
-        return f"{self.reuse}|{self.pe}" + ("" if self.kv_share == "none" else f"|{self.kv_share}")
+        return f"{self.reuse}|{self.pe}" + (f"|{self.kv_share}" if self.kv_share.shared else "")
 
     @classmethod
     def from_label(cls, label: str, n_layers: int) -> "Candidate":
@@ -175,7 +223,7 @@ def resolve_candidate(name: str, candidates, flag: str = "--reference") -> Candi
         return hits[0]
     labels = ", ".join(c.label for c in (hits or cands))
     if hits:
-        kv = "|KV" if any(c.kv_share != "none" for c in hits) else ""  # MAP|PE|first:64 where memory is shared
+        kv = "|KV" if any(c.kv_share.shared for c in hits) else ""  # MAP|PE|first:64 where memory is shared
         raise ConfigError(f"{flag} {name} matches {labels}; name one of them as MAP|PE{kv}")
     raise ConfigError(f"{flag} {name} is not among the candidates ({labels}); name one of those")
 
@@ -242,9 +290,10 @@ class ModelConfig:
     # scaled: N(0, 0.02), residual projections (proj, down) also scaled by 1/sqrt(2 n_layers) (GPT-2);
     # normal: N(0, 0.02) for every matrix (ILR). deeploop keeps its DeepNorm init (needs scaled)
     init: Init = "scaled"
-    # memory-shared loops (Looped Prediction Transformer): "none", or "first:W": a repeated layer's later
-    # passes (and a repeated stack's) read the first pass's keys/values for positions W or more back
-    kv_share: str = "none"
+    # memory-shared loops (Looped Prediction Transformer), KvShare: none, or first:W: a repeated layer's later
+    # passes (and a repeated stack's) read the first pass's keys/values for positions W or more back; text
+    # (none, first:W) is parsed on the way in
+    kv_share: KvShare = NO_SHARING
 
     def __post_init__(self) -> None:
         _positive("--layers", self.n_layers)
@@ -274,7 +323,7 @@ class ModelConfig:
         if self.init == "normal" and self.residual == "deeploop":
             raise ConfigError("--init normal cannot combine with --residual deeploop, which has its own (DeepNorm) "
                               "initialisation; use --init scaled or another --residual")
-        parse_kv_share(self.kv_share)
+        object.__setattr__(self, "kv_share", parse_kv_share(self.kv_share))
         if not isinstance(self.reuse, ReuseMap):
             raise ConfigError("--map: expected a ReuseMap")
         if self.reuse.n_layers != self.n_layers:
@@ -289,7 +338,7 @@ class ModelConfig:
     @property
     def kv_window(self) -> int | None:
         """``kv_share``'s window W (``first:W``), or None for ``none``."""
-        return parse_kv_share(self.kv_share)
+        return self.kv_share.window
 
     @property
     def encoding(self) -> Encoding:
@@ -300,20 +349,6 @@ class ModelConfig:
         if isinstance(reuse, str):
             reuse = ReuseMap.parse(reuse, self.n_layers)
         return dataclasses.replace(self, reuse=reuse)
-
-
-def parse_kv_share(text) -> int | None:
-    """``--kv-share none|first:W`` -> None or the window W (an integer >= 1). ConfigError
-    naming the flag for anything else."""
-    if text == "none":
-        return None
-    w = text[len("first:"):] if isinstance(text, str) and text.startswith("first:") else ""
-    if not (w.isascii() and w.isdigit()) or int(w) < 1:
-        raise ConfigError(f"--kv-share must be none or first:W with a whole number W >= 1 (the positions a later "
-                          f"pass keeps of its own keys and values), got {text!r}")
-    if w != str(int(w)):
-        raise ConfigError(f"--kv-share: write the window without leading zeros, first:{int(w)}, got {text!r}")
-    return int(w)
 
 
 # --------------------------------------------------------------------------- training
@@ -447,7 +482,7 @@ class TrialSpec:
         for prefix, rec in (("model", self.model), ("train", self.train)):
             for f in dataclasses.fields(rec):
                 v = getattr(rec, f.name)
-                out[f"{prefix}.{f.name}"] = str(v) if isinstance(v, ReuseMap) else v
+                out[f"{prefix}.{f.name}"] = str(v) if isinstance(v, (ReuseMap, KvShare)) else v
         out.update(seed=self.seed, data=self.data, threads=self.threads, device=self.device, preset=self.preset)
         return out
 

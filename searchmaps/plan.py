@@ -14,7 +14,7 @@ from functools import cached_property
 from pathlib import Path
 
 from . import flops
-from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigError, ReuseMap, TrialSpec,
+from .config import (POSITIONAL_ENCODINGS, RECIPE_DEFAULTS, Candidate, ConfigError, KvShare, ReuseMap, TrialSpec,
                      folder_name_problem, parse_kv_share, parse_planned)
 from .encodings import ENCODINGS
 from .objectives import DEFAULT as DEFAULT_OBJECTIVES
@@ -61,7 +61,7 @@ class SearchPlan:
     study: str
     results_dir: Path = Path("results")
     pes: tuple[str, ...] = ()
-    kv_shares: tuple[str, ...] = ()  # --kv-share settings, a factor like the PEs; () -> the space's
+    kv_shares: tuple[KvShare, ...] = ()  # --kv-share settings (text is parsed), a factor as the PEs; () -> the space's
     seeds: int | None = None
     sampler: str = AUTO  # a name in searchmaps.samplers.SAMPLERS, or auto
     trials: int | None = None
@@ -104,11 +104,9 @@ class SearchPlan:
         if len(set(pes)) != len(pes):
             raise ConfigError(f"--pe lists an encoding twice: {','.join(pes)}")
         set_("pes", pes)
-        kvs = tuple(self.kv_shares) or self.space.kv_share
-        for kv in kvs:
-            parse_kv_share(kv)
+        kvs = tuple(parse_kv_share(kv) for kv in self.kv_shares) or self.space.kv_share
         if len(set(kvs)) != len(kvs):
-            raise ConfigError(f"--kv-share lists a setting twice: {','.join(kvs)}")
+            raise ConfigError(f"--kv-share lists a setting twice: {','.join(map(str, kvs))}")
         set_("kv_shares", kvs)
         seeds = self.space.seeds if self.seeds is None else self.seeds
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
@@ -206,6 +204,13 @@ class SearchPlan:
         return sampler.candidates(self) if sampler.fixed else None
 
     @property
+    def shares_memory(self) -> bool:
+        """Whether any candidate shares memory (``--kv-share first:W``): only then is the
+        setting a parameter, a protocol entry and a column (at ``none`` alone, a study keeps
+        what it had before the option existed)."""
+        return any(kv.shared for kv in self.kv_shares)
+
+    @property
     def max_candidates(self) -> int:
         """How many candidates the search trains at most."""
         if self.candidates is not None:
@@ -270,10 +275,11 @@ class SearchPlan:
                 pe, _, kv = rest.partition("|")
                 try:
                     reuse = ReuseMap.parse(name, self.space.model.n_layers)
+                    kvs = [parse_kv_share(kv)] if kv else self.kv_shares
                 except ConfigError:
                     continue
                 universe |= {c for c in (Candidate(reuse, p, k) for p in ([pe] if pe else self.pes)
-                                         for k in ([kv] if kv else self.kv_shares)) if self.feasible(c)}
+                                         for k in kvs) if self.feasible(c)}
         try:
             parse_planned(self.planned, universe)
         except ConfigError as exc:
@@ -300,7 +306,9 @@ class SearchPlan:
         :meth:`~searchmaps.config.TrialSpec.config_hash`), so a study from before they
         existed resumes; ``preset`` only when there is one."""
         t = self.space.train
-        model = {k: v for k, v in dataclasses.asdict(self.space.model).items() if k != "reuse"}
+        model = {f.name: getattr(self.space.model, f.name) for f in dataclasses.fields(self.space.model)
+                 if f.name != "reuse"}
+        model["kv_share"] = str(model["kv_share"])  # the flag's text, as the config dict holds it
         train = {k: v for k, v in dataclasses.asdict(t).items() if k != "micro_batch"}
         for key, default in RECIPE_DEFAULTS.items():
             part, name = key.split(".")
@@ -311,7 +319,7 @@ class SearchPlan:
             "space": self.space.name,
             "budget_flops": self.budget_flops,
             "pes": list(self.pes),
-            **({"kv_shares": list(self.kv_shares)} if self.kv_shares != ("none",) else {}),
+            **({"kv_shares": [str(kv) for kv in self.kv_shares]} if self.shares_memory else {}),
             "seeds": self.seeds,
             "sampler": self.sampler,
             "horizon": "tokens" if t.tokens is not None else "train_flops",

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import flops
-from .config import Candidate, ConfigError, ReuseMap, TrialSpec
+from .config import NO_SHARING, Candidate, ConfigError, KvShare, ReuseMap, TrialSpec, parse_kv_share
 
 try:  # POSIX; searchmaps runs on Linux and macOS
     import fcntl
@@ -125,11 +125,17 @@ class RunRecord:
     exit_s: float = _NAN
     curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
     config: Mapping = field(default_factory=dict)
-    kv_share: str = "none"  # --kv-share (memory-shared loops); rows from before it: none
+    kv_share: KvShare = NO_SHARING  # --kv-share (memory-shared loops; text is parsed); rows from before it: none
+    # the learning rate the row trained at (the config's train.lr, read once here; NaN where it has none)
+    lr: float = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
         object.__setattr__(self, "role", Role(self.role))
+        object.__setattr__(self, "kv_share", parse_kv_share(self.kv_share))
+        lr = self.config.get("train.lr")
+        object.__setattr__(self, "lr", float(lr) if isinstance(lr, (int, float)) and not isinstance(lr, bool)
+                           else _NAN)
 
     @property
     def candidate(self) -> Candidate:
@@ -140,7 +146,7 @@ class RunRecord:
     def label(self) -> str:
         """The candidate's name in tables and statistics (``4,2,1,1|rope``; with memory
         sharing ``4,2,1,1|rope|first:64``), as :attr:`Candidate.label` writes it."""
-        return f"{self.map}|{self.pe}" + ("" if self.kv_share == "none" else f"|{self.kv_share}")
+        return f"{self.map}|{self.pe}" + (f"|{self.kv_share}" if self.kv_share.shared else "")
 
     @property
     def ok(self) -> bool:
@@ -152,8 +158,8 @@ class RunRecord:
     # ------------------------------------------------------------------ (de)serialise
 
     def to_json(self) -> str:
-        d = dataclasses.asdict(self)
-        d["status"], d["role"] = self.status.value, self.role.value
+        d = {name: getattr(self, name) for name in _FIELD_NAMES}  # the fields the constructor takes
+        d["status"], d["role"], d["kv_share"] = self.status.value, self.role.value, str(self.kv_share)
         d["curve"] = list(self.curve)
         d["config"] = dict(self.config)
         return json.dumps(d, default=str)
@@ -174,7 +180,7 @@ class RunRecord:
                 row[name] = json.dumps(list(self.curve))
             else:
                 v = getattr(self, name)
-                row[name] = v.value if isinstance(v, enum.Enum) else v
+                row[name] = v.value if isinstance(v, enum.Enum) else str(v) if isinstance(v, KvShare) else v
         row.update({f"config.{k}": v for k, v in self.config.items()})
         return row
 
@@ -215,7 +221,7 @@ def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) 
     return describe(spec).replace(status=status, error=reason)
 
 
-_FIELD_NAMES = {f.name for f in dataclasses.fields(RunRecord)}
+_FIELD_NAMES = [f.name for f in dataclasses.fields(RunRecord) if f.init]  # lr is read from the config
 _INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
         "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed"}
 _FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb",
@@ -266,7 +272,10 @@ def parse_row(row: Mapping[str, str], where: str) -> RunRecord:
             elif key in _FLOAT:
                 kw[key] = float(text) if text != "" else _NAN
             elif key == "kv_share":
-                kw[key] = text or "none"
+                try:
+                    kw[key] = parse_kv_share(text or "none")
+                except ConfigError as exc:
+                    raise ResultsError(f"{where}: column 'kv_share' holds {text[:40]!r}: {exc}") from None
             elif key == "curve":
                 points = json.loads(text) if text else []
                 kw[key] = tuple(p for p in points if isinstance(p, dict))
@@ -335,8 +344,9 @@ def records_frame(records: Iterable[RunRecord]):
         d["status"] = r.status.value
         d["role"] = r.role.value
         d["candidate"] = r.label
+        d["kv_share"] = str(r.kv_share)
         d["curve"] = json.dumps(list(r.curve))
-        d["lr"] = r.config.get("train.lr", float("nan"))
+        d["lr"] = r.lr
         rows.append(d)
     return pd.DataFrame(rows, columns=COLUMNS + ["lr"])
 
@@ -414,7 +424,7 @@ class RunsFile:
                 if not new:
                     return 0
                 rows = [r.to_row() for r in new]
-                if header is not None and "kv_share" not in header and any(r.kv_share != "none" for r in new):
+                if header is not None and "kv_share" not in header and any(r.kv_share.shared for r in new):
                     raise ResultsError(f"{self.path} was written before --kv-share and has no column for it; "
                                        f"append these rows to another runs.csv")
                 if header is None:

@@ -60,14 +60,14 @@ def print_candidates(plan: SearchPlan, out=None) -> None:
     """--dry-run: every candidate with its costs (the ``--maps`` given, else every feasible map),
     and the planned comparisons."""
     out = out or sys.stdout  # looked up now: a caller (a test) may have replaced it since the import
-    shared = plan.kv_shares != ("none",)
+    shared = plan.shares_memory
     kv_head = f" {'kv-share':<10}" if shared else ""
     print(f"{'map':<20} {'pe':<8}{kv_head} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
     for pe in plan.pes:
         for kv in plan.kv_shares:
             for m in plan.maps or feasible_maps(plan.space, plan.budget_flops):
                 cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe, kv_share=kv)
-                print(f"{str(m):<20} {pe:<8}{f' {kv:<10}' if shared else ''} {m.applied_layers:>7} "
+                print(f"{str(m):<20} {pe:<8}{f' {str(kv):<10}' if shared else ''} {m.applied_layers:>7} "
                       f"{flops.flops_per_token(cfg):>13,} {flops.kv_bytes_per_token(cfg):>15,}", file=out)
     if plan.planned and plan.candidates is not None:  # as the report will test them
         pairs = parse_planned(plan.planned, plan.candidates)

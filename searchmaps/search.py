@@ -45,7 +45,7 @@ def headline(plan: SearchPlan) -> str:
     kv = len(plan.kv_shares)
     return (f"space {plan.space.name}: {plan.space.count()} maps, {plan.n_feasible} within "
             f"{plan.budget_flops:.4g} FLOPs/token x {len(plan.pes)} PE(s)"
-            + (f" x {kv} --kv-share settings" if plan.kv_shares != ("none",) else "")
+            + (f" x {kv} --kv-share settings" if plan.shares_memory else "")
             + f" = {plan.n_feasible * len(plan.pes) * kv} candidates")
 
 

@@ -18,8 +18,8 @@ from typing import Iterator
 import numpy as np
 
 from . import flops
-from .config import (POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrainConfig, folder_name_problem,
-                     parse_kv_share)
+from .config import (NO_SHARING, POSITIONAL_ENCODINGS, ConfigError, KvShare, ModelConfig, ReuseMap, TrainConfig,
+                     folder_name_problem, parse_kv_share)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -50,7 +50,7 @@ class Space:
     model: ModelConfig
     train: TrainConfig
     pe: tuple[str, ...] = ("rope",)
-    kv_share: tuple[str, ...] = ("none",)  # memory-shared loops (--kv-share), a factor like pe
+    kv_share: tuple[KvShare, ...] = (NO_SHARING,)  # memory-shared loops (--kv-share), a factor like pe
     seeds: int = 3
     repeats: tuple[int, int] | None = None
     block: tuple[int, ...] = ()
@@ -74,14 +74,14 @@ class Space:
             raise SpaceError(f"{src}: pe must be a non-empty list of distinct names from "
                              f"{', '.join(POSITIONAL_ENCODINGS)}, got {show(pe)}")
         kv = self.kv_share
-        if not (isinstance(kv, tuple) and kv and len(set(kv)) == len(kv) and all(isinstance(x, str) for x in kv)):
+        if not (isinstance(kv, tuple) and kv and len(set(kv)) == len(kv)
+                and all(isinstance(x, (str, KvShare)) for x in kv)):
             raise SpaceError(f"{src}: kv_share must be a non-empty list of distinct settings like "
                              f'["none", "first:64"] (--kv-share), got {show(kv)}')
-        for x in kv:
-            try:
-                parse_kv_share(x)
-            except ConfigError as e:
-                raise SpaceError(f"{src}: kv_share: {e}") from None
+        try:
+            object.__setattr__(self, "kv_share", tuple(parse_kv_share(x) for x in kv))
+        except ConfigError as e:
+            raise SpaceError(f"{src}: kv_share: {e}") from None
         if type(self.seeds) is not int or self.seeds < 1:
             raise SpaceError(f"{src}: seeds must be an integer >= 1, got {self.seeds!r}")
         if r is not None and not (ints(r) and len(r) == 2 and 1 <= r[0] <= r[1]):

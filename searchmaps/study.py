@@ -24,7 +24,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from . import faults
-from .config import Candidate, ConfigError, ReuseMap
+from .config import NO_SHARING, Candidate, ConfigError, ReuseMap, parse_kv_share
 from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
 from .objectives import DEFAULT, OBJECTIVES
 from .plan import SearchPlan, resolve_storage
@@ -83,8 +83,8 @@ def distributions(plan: SearchPlan) -> dict:
     ``block``; ``listed``: ``map``, a map the space lists outside its repeats range)."""
     space = plan.space
     d = {"pe": CategoricalDistribution(list(plan.pes))}
-    if plan.kv_shares != ("none",):  # a parameter only where the space varies it: older studies keep theirs
-        d["kv_share"] = CategoricalDistribution(list(plan.kv_shares))
+    if plan.shares_memory:  # a parameter only where the space varies it: older studies keep theirs
+        d["kv_share"] = CategoricalDistribution([str(kv) for kv in plan.kv_shares])
     kinds = []
     if space.repeats is not None:
         kinds.append("ilr")
@@ -113,7 +113,7 @@ def _listed(plan: SearchPlan) -> list[str]:
 
 
 def candidate_params(plan: SearchPlan, cand: Candidate) -> dict:
-    head = {"pe": cand.pe} | ({"kv_share": cand.kv_share} if plan.kv_shares != ("none",) else {})
+    head = {"pe": cand.pe} | ({"kv_share": str(cand.kv_share)} if plan.shares_memory else {})
     if cand.reuse.is_block:
         return head | {"kind": "block", "block": cand.reuse.block}
     if str(cand.reuse) in _listed(plan):
@@ -127,7 +127,7 @@ def suggest_candidate(trial: optuna.Trial, plan: SearchPlan) -> Candidate:
     d = distributions(plan)
     n = plan.space.model.n_layers
     pe = trial.suggest_categorical("pe", d["pe"].choices)
-    kv = trial.suggest_categorical("kv_share", d["kv_share"].choices) if "kv_share" in d else "none"
+    kv = parse_kv_share(trial.suggest_categorical("kv_share", d["kv_share"].choices)) if "kv_share" in d else NO_SHARING
     kind = trial.suggest_categorical("kind", d["kind"].choices)
     if kind == "block":
         return Candidate(ReuseMap((1,) * n, trial.suggest_categorical("block", d["block"].choices)), pe, kv)
@@ -191,7 +191,7 @@ class SearchStudy:
         return self.storage.get_trial(self._id_of(number)).state
 
     def _attrs(self, cand: Candidate) -> dict:
-        return {"candidate": cand.label, "map": str(cand.reuse), "pe": cand.pe, "kv_share": cand.kv_share,
+        return {"candidate": cand.label, "map": str(cand.reuse), "pe": cand.pe, "kv_share": str(cand.kv_share),
                 "flops_per_token": self.plan.flops_per_token(cand), "driver": self.ledger.driver_id}
 
     def _create_running(self, cand: Candidate, replaces: int | None = None) -> int:

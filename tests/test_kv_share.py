@@ -6,6 +6,7 @@ be shared, and through every path that trains a model (compiled layers, packed s
 
 import csv
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -14,7 +15,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
 from searchmaps import flops
-from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError, ModelConfig, ReuseMap, TrialSpec
+from searchmaps.config import (NO_SHARING, POSITIONAL_ENCODINGS, ConfigError, KvShare, ModelConfig, ReuseMap, TrialSpec,
+                               parse_kv_share)
 from searchmaps.model import LoopedLM, share_keys
 from searchmaps.train import train, train_packed
 
@@ -53,6 +55,43 @@ def test_the_default_keeps_the_hash_of_rows_from_before_the_option():
     shared = dataclasses.replace(spec, model=dataclasses.replace(spec.model, kv_share="first:64"))
     assert shared.config_hash() != spec.config_hash()
     assert TrialSpec.from_dict(shared.to_dict()).config_hash() == shared.config_hash()
+
+
+PINNED = {  # TrialSpec(model=ModelConfig(d_model=32, seq_len=32, reuse 4,2,1,1), train=TrainConfig(tokens=4096,
+    # batch_size=4)) as the text-valued option wrote it: the typed value must serialise to these bytes
+    "none": "b751fd5006a4",
+    "first:64": "e33ed011f6ee",
+}
+
+
+@pytest.mark.parametrize("text", sorted(PINNED))
+def test_the_typed_setting_serialises_as_the_text_did(text):
+    """Parsed once into a KvShare, the setting is written exactly as its text was: the config
+    dict, the config hash, a row's columns and its JSON, and read back to the same value."""
+    from searchmaps.config import TrainConfig
+    from searchmaps.results import describe, parse_row
+
+    kv = parse_kv_share(text)
+    assert str(kv) == text and kv.shared == (text != "none") and kv.window == (64 if kv.shared else None)
+    assert parse_kv_share(kv) is kv and parse_kv_share(str(kv)) == kv
+    spec = TrialSpec(model=ModelConfig(d_model=32, n_heads=4, seq_len=32, kv_share=text).with_map("4,2,1,1"),
+                     train=TrainConfig(tokens=4096, batch_size=4))
+    assert spec.model.kv_share == kv and spec.model.kv_window == kv.window
+    d = spec.to_dict()
+    assert d["model.kv_share"] == text and type(d["model.kv_share"]) is str
+    assert spec.config_hash() == PINNED[text]
+    assert TrialSpec.from_dict(d) == spec and TrialSpec.from_dict(d).config_hash() == PINNED[text]
+    model = {"model.n_layers": 4, "model.d_model": 32, "model.n_heads": 4, "model.ffn_hidden": 128,
+             "model.vocab_size": 256, "model.seq_len": 32, "model.pe": "rope", "model.max_positions": 1024,
+             "model.residual": "prenorm", "model.reuse": "4,2,1,1", "model.rope_theta": 10000.0,
+             "model.init": "scaled", "model.kv_share": text}
+    assert json.dumps({k: v for k, v in d.items() if k.startswith("model.")}) == json.dumps(model)  # bytes, in order
+    row = describe(spec)
+    assert row.to_row()["kv_share"] == text and row.to_row()["config.model.kv_share"] == text
+    assert json.loads(row.to_json())["kv_share"] == text and type(row).from_json(row.to_json()).kv_share == kv
+    cells = {k: "" if v is None else str(v) for k, v in row.to_row().items()}
+    assert parse_row(cells, "runs.csv:2").kv_share == kv
+    assert row.label == "4,2,1,1|rope" + ("" if text == "none" else f"|{text}")
 
 
 # --------------------------------------------------------------------------- what it computes
@@ -282,14 +321,14 @@ def test_a_space_lists_settings_as_it_lists_encodings(tmp_path):
     from searchmaps.study import candidate_params, distributions, suggest_candidate
 
     space = load_space(str(shared_space(tmp_path)))
-    assert space.kv_share == ("none", "first:8") and space.model.kv_share == "none"
+    assert space.kv_share == (NO_SHARING, KvShare(8)) and space.model.kv_share == NO_SHARING
     plan = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1)
     maps = {str(c.reuse) for c in plan.candidates}
     assert {(str(c.reuse), c.kv_share) for c in plan.candidates} == {(m, k) for m in maps for k in space.kv_share}
-    shared = [c for c in plan.candidates if c.kv_share == "first:8"]
+    shared = [c for c in plan.candidates if c.kv_share == KvShare(8)]
     assert shared[0].label == f"{shared[0].reuse}|rope|first:8"
     assert Candidate.from_label(shared[0].label, 2) == shared[0]
-    assert plan.spec(shared[0], 0).model.kv_share == "first:8"
+    assert plan.spec(shared[0], 0).model.kv_share == KvShare(8) and plan.spec(shared[0], 0).model.kv_window == 8
     assert plan.protocol()["kv_shares"] == ["none", "first:8"]
     assert plan.baseline() == Candidate(ReuseMap((1, 1)), "rope", "none")
     for c in plan.candidates:  # the optimisers' parameters say the setting and give the candidate back
@@ -299,9 +338,10 @@ def test_a_space_lists_settings_as_it_lists_encodings(tmp_path):
         assert suggest_candidate(optuna.trial.FixedTrial(params), plan) == c
     one = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1,
                      kv_shares=("first:8",))
-    assert {c.kv_share for c in one.candidates} == {"first:8"}
+    assert {c.kv_share for c in one.candidates} == {KvShare(8)} and one.shares_memory
     plain = SearchPlan(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, sampler="grid", seeds=1,
                        kv_shares=("none",))
+    assert not plain.shares_memory
     assert "kv_shares" not in plain.protocol() and "kv_share" not in distributions(plain)  # as before the option
     assert "kv_share" not in plain.protocol()["model"] and "kv_share" not in candidate_params(plain, plain.candidates[0])
 
@@ -311,11 +351,11 @@ def test_rows_carry_the_setting_and_old_files_read_as_none(tmp_path):
 
     spec = shared_spec()
     row = describe(spec)
-    assert row.kv_share == "first:8" and row.label == "3,1|alibi|first:8" and row.config["model.kv_share"] == "first:8"
-    assert row.candidate.kv_share == "first:8"
+    assert row.kv_share == KvShare(8) and row.label == "3,1|alibi|first:8" and row.config["model.kv_share"] == "first:8"
+    assert row.candidate.kv_share == KvShare(8)
     RunsFile(tmp_path / "runs.csv").append([row, describe(tiny_spec())])
     back = read_runs(tmp_path / "runs.csv")
-    assert [(r.kv_share, r.label) for r in back] == [("first:8", "3,1|alibi|first:8"), ("none", "1,1|rope")]
+    assert [(r.kv_share, r.label) for r in back] == [(KvShare(8), "3,1|alibi|first:8"), (NO_SHARING, "1,1|rope")]
     old = tmp_path / "old.csv"  # a runs.csv from before the column: its rows are none; a shared row is refused
     with open(tmp_path / "runs.csv", newline="") as f:
         rows = list(csv.DictReader(f))
@@ -324,7 +364,7 @@ def test_rows_carry_the_setting_and_old_files_read_as_none(tmp_path):
         writer = csv.DictWriter(f, keep, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         writer.writerow(rows[1])
-    assert [r.kv_share for r in read_runs(old)] == ["none"]
+    assert [r.kv_share for r in read_runs(old)] == [NO_SHARING]
     with pytest.raises(ConfigError, match="--kv-share"):
         RunsFile(old).append([describe(shared_spec(seed=1))])
     assert RunsFile(old).append([describe(tiny_spec(seed=1))]) == 1
@@ -446,7 +486,7 @@ def test_a_tiny_search_over_both_settings(ray_cluster, tmp_path, sampler):
     trials = [t for t in optuna.load_study(study_name="s", storage=f"sqlite:///{results}/s/optuna.db").get_trials()
               if t.state == TrialState.COMPLETE]
     assert sorted(r.label for r in rows) == sorted(t.user_attrs["candidate"] for t in trials)
-    assert all(r.status.value == "ok" and r.config["model.kv_share"] == r.kv_share for r in rows)
+    assert all(r.status.value == "ok" and r.config["model.kv_share"] == str(r.kv_share) for r in rows)
     assert all(t.params["kv_share"] == t.user_attrs["kv_share"] for t in trials)
     if sampler == "grid":
         assert sorted(r.label for r in rows) == ["2,1|rope", "2,1|rope|first:8"]

@@ -165,7 +165,7 @@ def score_maps(model, maps: Sequence[ReuseMap], corpus: Corpus, spec: TrialSpec)
     precision = spec.train.precision
     batches = validation_batches(corpus, spec)
     # the shared walk below runs each layer plainly: with memory sharing every map runs its own forward
-    walked = model.cfg.kv_share == "none"
+    walked = not model.cfg.kv_share.shared
     ilr = [m for m in maps if not m.is_block and walked]
     blocks = [m for m in maps if m.is_block or not walked]
     children: dict[tuple, set] = {}
@@ -210,7 +210,7 @@ def score_rows(result: SupernetResult, space: Space, spec: TrialSpec) -> list[di
     rows = []
     for m, loss in result.scores.items():
         cfg = spec.model.with_map(m)
-        rows.append({"map": str(m), "pe": cfg.pe, **({"kv_share": cfg.kv_share} if cfg.kv_share != "none" else {}),
+        rows.append({"map": str(m), "pe": cfg.pe, **({"kv_share": str(cfg.kv_share)} if cfg.kv_share.shared else {}),
                      "seed": result.seed, "sampling": result.sampling,
                      "val_loss": loss, "val_ppl": perplexity(loss), "flops_per_token": flops.flops_per_token(cfg),
                      "kv_bytes_per_token": flops.kv_bytes_per_token(cfg), "applied_layers": m.applied_layers,

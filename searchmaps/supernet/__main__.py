@@ -49,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
         plan = build_plan(args)
         if len(plan.kv_shares) > 1:
-            raise ConfigError(f"--kv-share: a supernet trains one memory-sharing setting, got {','.join(plan.kv_shares)}")
+            raise ConfigError(f"--kv-share: a supernet trains one memory-sharing setting, "
+                              f"got {','.join(map(str, plan.kv_shares))}")
         if not args.study:
             extra = ("-distill" if args.distill else "") + (f"-ft{args.finetune_tokens:.0e}".replace("+", "")
                                                               if args.finetune_tokens else "") \
