@@ -188,7 +188,7 @@ class Scheduler:
         self._in_flight: set[Unit] = set()
         self._elsewhere: set[Unit] = set()
         self._events: list[RungDone | Finished | Tuned] = []
-        self._tuning: dict[tuple[str, float, int], RunRecord] = {}  # (label, lr, tuning seed)
+        self._tuning: dict[Unit, RunRecord] = {}  # the tuning units this scheduler issues -> their rows
         self._chosen: dict[Candidate, float | None] = {}  # candidates whose learning rate is chosen
         self._exhausted = propose is None
 
@@ -225,14 +225,21 @@ class Scheduler:
                 self._update(cand)
 
     def _add_tuning_row(self, r: RunRecord) -> None:
-        lr = float(r.config.get("train.lr"))
-        unit = Unit(r.candidate, r.seed, lr=lr, role=Role.TUNING)
+        """A tuning row, matched to the tuning unit it ran (by candidate, seed and the rate it
+        trained at, ``r.lr``); a row of a rate not on this scheduler's grid is no unit of its."""
+        unit = self._tuning_unit(r)
+        if unit is None:
+            return
         if r.status is Status.CRASHED:
             self._crashes[unit.key] = self._crashes.get(unit.key, 0) + 1
         else:
-            self._tuning[(r.label, lr, r.seed)] = r
+            self._tuning[unit] = r
         self._in_flight.discard(unit)
         self._elsewhere.discard(unit)
+
+    def _tuning_unit(self, r: RunRecord) -> Unit | None:
+        unit = Unit(r.candidate, r.seed, lr=r.lr, role=Role.TUNING)
+        return unit if r.lr in self.lr_grid and r.seed - TUNING_SEED_BASE in range(self.tuning_seeds) else None
 
     def add_candidates(self, cands: Iterable[Candidate]) -> None:
         """Candidates other drivers started (an optimiser's proposals, shared through the
@@ -258,7 +265,7 @@ class Scheduler:
     def needed(self, unit: Unit) -> list[int]:
         """The rungs of ``unit`` the rows do not hold yet (a resumed ladder trains only those)."""
         if unit.role == Role.TUNING:
-            return [] if (unit.candidate.label, unit.lr, unit.seed) in self._tuning else [0]
+            return [] if unit in self._tuning else [0]
         return [i for i in unit.rungs if (unit.candidate.label, unit.seed, i) not in self._rows]
 
     def tuning_units(self, cand: Candidate) -> list[Unit]:
@@ -394,10 +401,11 @@ class Scheduler:
         if self.lr_grid and cand not in self._chosen:
             if not all(self._done(u) for u in self.tuning_units(cand)):
                 return
-            rows = [self._tuning[(cand.label, u.lr, u.seed)] for u in self.tuning_units(cand)]
+            units = self.tuning_units(cand)  # the rate of each row is its unit's: the scheduler's own choice
+            rows = [self._tuning[u] for u in units]
             losses = {}
             for lr in self.lr_grid:
-                got = [r for r in rows if float(r.config.get("train.lr")) == lr]
+                got = [r for u, r in zip(units, rows) if u.lr == lr]
                 losses[lr] = sum(r.val_loss for r in got) / len(got) if all(r.ok for r in got) else float("inf")
             best = min(losses, key=lambda lr: (losses[lr], lr))
             chosen = best if losses[best] < float("inf") else None

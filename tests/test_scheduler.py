@@ -412,6 +412,40 @@ def test_a_resumed_study_does_not_tune_again():
     assert (u.role, u.lr) == ("eval", 3e-3) and s.remaining() == 1
 
 
+def test_the_rate_chosen_comes_from_the_units_issued_not_from_reading_the_rows_configs_again():
+    """Each tuning row is matched once to the unit that ran it (its candidate, seed and the
+    rate it trained at, read once into ``r.lr``); the choice is made over those units. Rows'
+    config dicts scrambled after they arrived change nothing; a rate off the grid is no unit."""
+    s = Scheduler(seeds=1, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=1)
+    drain(s)
+    low, high = tuning_row(A, 10_000, 1e-3, 11.0), tuning_row(A, 10_000, 3e-3, 12.0)
+    assert (low.lr, high.lr) == (1e-3, 3e-3)
+    s.add_rows([low, tuning_row(A, 10_000, 1e-2, 5.0)])  # 1e-2 is not on this grid: ignored, however good
+    low.config["train.lr"], high.config["train.lr"] = 3e-3, 1e-3  # a later edit of the dicts, not of the rows
+    s.add_rows([high])
+    (tuned,) = [e for e in s.take_events() if isinstance(e, Tuned)]
+    assert tuned.lr == 1e-3 and s.chosen_lr(A) == 1e-3
+    assert tuned.losses == {1e-3: pytest.approx(math.log(11.0)), 3e-3: pytest.approx(math.log(12.0))}
+
+
+def test_a_resumed_study_rebuilds_its_tuning_from_the_rows_an_earlier_driver_wrote(tmp_path):
+    """On a resume the tuning rows come from runs.csv, written by another driver: read back,
+    each row's rate matches it to this scheduler's unit, so nothing is tuned again and the
+    rate chosen is the one the first driver chose."""
+    from searchmaps.results import RunsFile, read_runs
+
+    first = Scheduler(seeds=1, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=2)
+    rows = [tuning_row(u.candidate, u.seed, u.lr, 12.0 - 1000 * u.lr + (u.seed - 10_000) / 10) for u in drain(first)]
+    first.add_rows(rows)
+    RunsFile(tmp_path / "runs.csv").append(rows)
+    back = read_runs(tmp_path / "runs.csv")
+    assert [r.lr for r in back] == [r.lr for r in rows] and all(r.role == "tuning" for r in back)
+    resumed = Scheduler(seeds=1, candidates=[A], lr_grid=[1e-3, 3e-3], tuning_seeds=2)
+    resumed.add_rows(back)
+    (u,) = drain(resumed)
+    assert (u.role, u.lr) == ("eval", first.chosen_lr(A)) == ("eval", 3e-3)
+
+
 # ---------------------------------------------------------------------------- packed units (--pack-seeds)
 
 
