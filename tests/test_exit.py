@@ -11,6 +11,7 @@ import math
 import pytest
 import torch
 from helpers import run_cli, tiny_spec
+from reference_exit import gathered_forward
 from torch.utils.flop_counter import FlopCounterMode
 
 from searchmaps import flops
@@ -21,7 +22,7 @@ from searchmaps.run import main as run_main
 from searchmaps.train.__main__ import main as train_main
 from searchmaps.train import evaluate, train_ladder, train_packed, validation_batches
 from searchmaps.train.exit import (ExitPoint, Tally, evaluate_exit, exit_columns, exit_flops, exit_forward,
-                                   exit_grid, gathered_forward, pick)
+                                   exit_grid, pick)
 
 MAPS = ["3,2", "block:3"]
 STEPS = 30 * 4 * 32  # tokens of 30 steps of the tiny spec
