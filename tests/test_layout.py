@@ -10,7 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data", "schedule", "spaces", "results", "objectives", "stats",
+ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
+         "data.stage", "data.batches", "data.command", "data", "data.__main__", "schedule", "spaces", "results", "objectives", "stats",
          "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
          "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
          "topgroup", "racing", "stability",

@@ -1,0 +1,7 @@
+"""``python -m searchmaps.data``."""
+
+import sys
+
+from .command import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""Deterministic batches: random training windows as a function of the seed, with a
+position that can be saved and restored; fixed validation windows (and ILR's protocol)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .corpus import Corpus, DataError
+
+
+def check_fits(corpus: Corpus, batch_size: int, seq_len: int, eval_tokens: int | None = None) -> None:
+    """Raise :class:`DataError` unless the corpus holds one training batch and one
+    validation window. A validation split smaller than ``eval_tokens`` is fine: the
+    evaluation then covers the whole split."""
+    for flag, v in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--eval-tokens", eval_tokens)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise DataError(f"{flag} must be a positive integer, got {v!r}")
+    need = batch_size * (seq_len + 1)
+    if len(corpus.train) < need:
+        raise DataError(
+            f"--data {corpus.name}: {len(corpus.train)} training tokens, but one batch needs "
+            f"{need} (--batch-size {batch_size} x (--seq-len {seq_len} + 1)); use more data or smaller values")
+    if len(corpus.val) < seq_len + 1:
+        raise DataError(
+            f"--data {corpus.name}: {len(corpus.val)} validation tokens, but one window needs "
+            f"{seq_len + 1} (--seq-len {seq_len} + 1); use more data or a smaller --seq-len")
+    if eval_tokens is not None and eval_tokens < seq_len:
+        raise DataError(f"--eval-tokens {eval_tokens} is less than one window (--seq-len {seq_len})")
+
+
+class BatchStream:
+    """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only.
+    :meth:`state` and :meth:`restore` save and rewind the position, so a horizon ladder's
+    branch can run ahead and the main run go on with exactly the batches it would have seen."""
+
+    def __init__(self, corpus: Corpus, batch_size: int, seq_len: int, seed: int):
+        check_fits(corpus, batch_size, seq_len)
+        self._corpus, self._batch_size = corpus, batch_size
+        self._rng = np.random.default_rng(seed)
+        self._offsets = np.arange(seq_len + 1)
+        self._high = len(corpus.train) - seq_len  # exclusive: the last start leaves room for y
+
+    def __iter__(self) -> "BatchStream":
+        return self
+
+    def __next__(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return _pair(self._corpus.train[self.next_starts()[:, None] + self._offsets])
+
+    def next_starts(self) -> np.ndarray:
+        """The next batch's window starts in the training split (what :meth:`__next__`
+        reads; a GPU trainer gathers the windows on the device from them)."""
+        return self._rng.integers(0, self._high, size=self._batch_size)
+
+    def state(self) -> dict:
+        import copy
+
+        return copy.deepcopy(self._rng.bit_generator.state)
+
+    def restore(self, state: dict) -> None:
+        self._rng.bit_generator.state = state
+
+
+def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int) -> BatchStream:
+    """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only."""
+    return BatchStream(corpus, batch_size, seq_len, seed)
+
+
+def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
+                ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Fixed windows from the start of the validation split, stride ``seq_len`` so every
+    target token is scored once; ``min(max_tokens, available)`` targets, rounded down to
+    whole windows. The last batch may be smaller."""
+    check_fits(corpus, batch_size, seq_len, max_tokens)
+    n = min(max_tokens // seq_len, (len(corpus.val) - 1) // seq_len)
+    idx = np.arange(n)[:, None] * seq_len + np.arange(seq_len + 1)
+    windows = corpus.val[idx]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
+def ilr_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int, chunk: int = 4096
+                    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """ILR's evaluation (``--eval-protocol ilr``): the validation split cut into consecutive
+    ``chunk``-token sequences (a last partial one dropped), of which the first ``seq_len``
+    tokens are read and scored as one causal window (next-token loss inside it: ``seq_len - 1``
+    targets, as a Hugging Face model given ``labels=input_ids``), the rest of each sequence
+    unread. ``min(max_tokens // seq_len, sequences in the split)`` sequences, ``batch_size``
+    per batch (the last may be smaller). Reads ``chunk / seq_len`` times the split
+    :func:`val_batches` reads for the same number of scored tokens; its forward passes cost the same."""
+    for flag, v in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--eval-tokens", max_tokens)):
+        if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
+            raise DataError(f"{flag} must be a positive integer, got {v!r}")
+    if seq_len < 2 or seq_len > chunk:
+        raise DataError(f"--eval-protocol ilr scores the first --seq-len tokens of {chunk:,}-token sequences; "
+                        f"--seq-len {seq_len} must be between 2 and {chunk:,}")
+    if len(corpus.val) < chunk:
+        raise DataError(f"--data {corpus.name}: {len(corpus.val):,} validation tokens, but --eval-protocol ilr "
+                        f"needs at least one {chunk:,}-token sequence; use more data or --eval-protocol windows")
+    if max_tokens < seq_len:
+        raise DataError(f"--eval-tokens {max_tokens} is less than one sequence's first --seq-len {seq_len} tokens")
+    n = min(max_tokens // seq_len, len(corpus.val) // chunk)
+    windows = corpus.val[np.arange(n)[:, None] * chunk + np.arange(seq_len)]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
+def _pair(windows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+    w = windows.astype(np.int64)
+    return torch.from_numpy(np.ascontiguousarray(w[:, :-1])), torch.from_numpy(np.ascontiguousarray(w[:, 1:]))

@@ -1,0 +1,89 @@
+"""The BPE stage (``--tokenizer bpe:N``): parse the flag, train a byte-level BPE on a
+corpus's training split and encode both splits into a cache folder (or ``prepare``'s
+``--out``), and :func:`load_corpus`, which every caller uses to resolve ``--data``."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .cache import atomic_write, cache_root
+from .corpus import Corpus, DataError
+from .sources import count_docs, english_limit, english_tokens, is_bin, load_source
+
+
+def parse_tokenizer(spec: str | None) -> tuple[str, int | None]:
+    """``--tokenizer``: None/``bytes`` -> ("bytes", None); ``bpe:N`` -> ("bpe", N), 256 < N <= 65535
+    (the ids are stored as uint16)."""
+    if spec is None or spec == "bytes":
+        return "bytes", None
+    head, _, tail = spec.partition(":")
+    if head != "bpe" or not tail.isdigit():
+        raise DataError(f"--tokenizer {spec}: unknown tokenizer; use bytes or bpe:N (for example bpe:1024)")
+    n = int(tail)
+    if not 256 < n <= 65535:
+        raise DataError(f"--tokenizer {spec}: a byte-level BPE vocabulary must be above 256 (the bytes) "
+                        f"and at most 65535 (uint16 ids)")
+    return "bpe", n
+
+
+def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
+                cache_dir: str | os.PathLike | None = None, tokenizer: str | None = None) -> Corpus:
+    """Resolve ``--data`` (and ``--tokenizer``) into a :class:`Corpus`; raises :class:`DataError`.
+
+    ``tokenizer`` None or ``"bytes"`` is the byte tokenizer (a ``.bin`` keeps its own ids);
+    ``"bpe:N"`` trains (or finds in the cache) a byte-level BPE on the training split and
+    returns the encoded corpus, memory-mapped from the cache folder that is its name."""
+    kind, n = parse_tokenizer(tokenizer)
+    if kind == "bpe" and not is_bin(data):
+        out = bpe_corpus_dir(data, n, cache_dir)
+        return load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
+    return load_source(data, vocab_size, cache_dir, tokenizer)
+
+
+def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = None,
+                   out: Path | None = None, progress: bool = True) -> Path:
+    """The folder of ``train.bin``/``val.bin``/``meta.json``/``tokenizer.json`` for ``--data``
+    encoded by a byte-level BPE of ``vocab`` trained on its training split: found in the cache
+    (keyed by the byte corpus's fingerprint, the vocabulary and the trainer settings) or built
+    there (or in ``out``). Nothing is written when the corpus is too small for the vocabulary."""
+    from .. import bpe
+
+    corpus = load_corpus(data, cache_dir=cache_dir, tokenizer="bytes")
+    if corpus.tokenizer != "bytes":
+        raise DataError(f"--tokenizer bpe:{vocab}: --data {data} is already token ids ({corpus.tokenizer}); "
+                        f"give the text to train a tokenizer on")
+    try:
+        import tokenizers
+    except ImportError:
+        raise DataError(f"--tokenizer bpe:{vocab} needs Hugging Face tokenizers (pip install tokenizers)") from None
+    key = hashlib.sha256(json.dumps({"corpus": corpus.fingerprint, "vocab": vocab, "trainer": bpe.TRAINER,
+                                     "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
+    folder = out or cache_root(cache_dir) / f"bpe{vocab}-{key.hexdigest()[:16]}"
+    if (folder / "meta.json").is_file() and out is None:  # meta.json is written last
+        return folder
+    train_b, val_b = corpus.train.tobytes(), corpus.val.tobytes()
+    try:
+        tok_json = bpe.train(train_b, vocab)
+    except bpe.TooSmall as exc:
+        raise DataError(f"--tokenizer bpe:{vocab}: the training split of --data {data} "
+                        f"({len(train_b)} bytes) only fills {exc}; use more text or a smaller N") from None
+    sha = hashlib.sha256(tok_json.encode()).hexdigest()[:12]
+    train_ids = bpe.encode(tok_json, train_b, progress, "encode train")
+    val_ids = bpe.encode(tok_json, val_b, progress, "encode val")
+    english = english_tokens(data, cache_dir)[2] if english_limit(data) is not False else None
+    meta = {"vocab_size": vocab, "tokenizer": f"bpe:{vocab}/{sha}", "source": data,
+            "source_fingerprint": corpus.fingerprint,
+            "documents": english["documents"] if english else count_docs(data),
+            "bytes": {"train": len(train_b), "val": len(val_b)},
+            "tokens": {"train": int(len(train_ids)), "val": int(len(val_ids))}}
+    if english:
+        meta["packages"], meta["versions"] = english["packages"], english["versions"]
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write(folder / "tokenizer.json", tok_json.encode())
+    atomic_write(folder / "train.bin", train_ids.tobytes())
+    atomic_write(folder / "val.bin", val_ids.tobytes())
+    atomic_write(folder / "meta.json", json.dumps(meta, indent=1).encode())
+    return folder
