@@ -88,10 +88,10 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     noise_sd * e_sc`` (z, e standard normal; ``z_s`` is shared by every candidate
     on seed s, so pairing removes it; ``seed_sd`` defaults to ``noise_sd``). Every
     candidate starts with ``start_seeds`` seeds; each round
-    :func:`searchmaps.racing.race_step` drops candidates and every survivor gets one
+    :func:`searchmaps.stats.racing.race_step` drops candidates and every survivor gets one
     more seed, until ``max_seeds`` or a single survivor (the search's own rule). The full
     factorial trains every candidate on ``max_seeds`` seeds (the same draws) and takes the
-    top group of the same ``rule`` (:func:`searchmaps.topgroup.top_group`).
+    top group of the same ``rule`` (:func:`searchmaps.stats.topgroup.top_group`).
 
     Returns ``top_group`` (racing's final survivors), ``trainings``, ``seeds_used``,
     ``dropped_at`` ({candidate: seeds it had when dropped}), ``full_top_group``,
@@ -101,8 +101,8 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     """
     import pandas as pd
 
-    from searchmaps.racing import race_step
-    from searchmaps.topgroup import top_group
+    from searchmaps.stats.racing import race_step
+    from searchmaps.stats.topgroup import top_group
 
     rng = np.random.default_rng(rng)
     mu = np.asarray(true_means, dtype=float)

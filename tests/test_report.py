@@ -29,7 +29,7 @@ from searchmaps.report.section import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
-from searchmaps.topgroup import DEFAULT_RULE, top_group
+from searchmaps.stats.topgroup import DEFAULT_RULE, top_group
 
 
 def result_text(page: str) -> str:
@@ -689,7 +689,7 @@ def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trend
     from searchmaps.report.summary import load_info, load_runs
     from searchmaps.results import records_frame
 
-    again = report_horizons.analyse(records_frame(load_runs(study)), load_info(study), n_boot=20)
+    again = report_horizons.horizon_analysis(records_frame(load_runs(study)), load_info(study), n_boot=20)
     assert (again.published["reference_sd"] == 0.3).all()  # study.json's published.sd, without the option
 
 

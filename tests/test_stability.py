@@ -238,7 +238,7 @@ def test_top_group_overlap_uses_the_rule_it_is_given():
     """The overlaps must use the study's top-group rule (the report's), not a fixed one:
     on these 5 seeds hsd rules out a map that Holm over all pairs keeps."""
     from searchmaps.stats import to_matrix
-    from searchmaps.topgroup import top_group
+    from searchmaps.stats.topgroup import top_group
 
     rng = np.random.default_rng(3)
     means = {"a": 2.0, "b": 2.02, "c": 2.03, "d": 2.04, "e": 2.05, "f": 2.3}
