@@ -22,7 +22,7 @@ from __future__ import annotations
 from . import topgroup
 from .analysis import Analysis, analyze, pairwise_analysis
 from .bootstrap import (MIN_COVERAGE, N_BOOT, boot_indices, bootstrap_coverage, cube, few_seeds, interval,
-                        interval_inf, shared_seeds, slope, tau_rho, tau_rho_small)
+                        interval_inf, once_per_input, shared_seeds, fit_slope, tau_rho, tau_rho_small)
 from .detectable import detectable_difference, min_detectable_effect
 from .gaps import crossings, gap_trend, paired_gap_at_target
 from .paired import (FAMILY_WISE, METHODS, adjust_pvalues, all_pairs, best_candidate, check_reference,
@@ -45,10 +45,10 @@ __all__ = [
     "check_reference", "check_rule", "compare", "comparison_table", "crossings", "cube", "detectable_difference",
     "detectable_effect", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
     "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "min_detectable_effect", "min_pvalue",
-    "noise_check", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "pairwise_analysis",
+    "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "pairwise_analysis",
     "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "pvalue_matrix",
     "race_step", "rank_by_rung", "rank_stability", "reference_candidate", "require_family_wise", "resolution",
     "rule_detail", "seed_splits", "seeds_needed", "shared_floor", "shared_seeds", "signflip_pvalues", "simultaneous_pvalues",
-    "slope", "split_half_agreement", "summarize", "tau_rho", "tau_rho_small", "to_matrix", "top_group",
+    "fit_slope", "split_half_agreement", "summarize", "tau_rho", "tau_rho_small", "to_matrix", "top_group",
     "top_group_of_pairs", "top_groups", "topgroup", "variance_spread", "wilcoxon_pvalues",
 ]

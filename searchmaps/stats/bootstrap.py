@@ -54,6 +54,22 @@ def boot_indices(n_seeds: int, n_boot: int, rng) -> np.ndarray:
     return rng.integers(0, n_seeds, size=(n_boot, n_seeds))
 
 
+def once_per_input(fn):
+    """``fn`` of arrays, computed once per distinct input: a bootstrap over a few seeds draws
+    the same resample (the same means, bit for bit) many times (5 seeds: about 120 distinct
+    of 1,000 draws), and a fit or a rank correlation is a pure function of its input, so each
+    distinct one is computed once and its answer reused: the same numbers as computing every
+    draw, in a fraction of the time."""
+    done = {}
+
+    def cached(*arrays: np.ndarray):
+        key = tuple((a.shape, a.tobytes()) for a in arrays)
+        if key not in done:
+            done[key] = fn(*arrays)
+        return done[key]
+    return cached
+
+
 def interval(draws: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     draws = draws[np.isfinite(draws)]
     if not draws.size:
@@ -111,7 +127,7 @@ def interval_inf(draws: np.ndarray, level: float = 0.95) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def slope(x: np.ndarray, y: np.ndarray) -> float:
+def fit_slope(x: np.ndarray, y: np.ndarray) -> float:
     """Least-squares slope of y on x; NaN when x does not vary (or is not finite)."""
     dx = x - x.mean()
     ss = float(dx @ dx)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from .bootstrap import boot_indices, cube, few_seeds, interval, interval_inf, slope
+from .bootstrap import boot_indices, cube, few_seeds, fit_slope, interval, interval_inf
 from .scaling import bounds_hit, predict
 
 
@@ -58,14 +58,14 @@ def gap_trend(df: pd.DataFrame, reference: str, target: float, metric: str = "va
 
         def stat(pick):
             g = gaps[pick].mean(axis=0)
-            slope = slope(x[tail], g[tail])
-            step = slope(x[-2:], g[-2:])
+            slope = fit_slope(x[tail], g[tail])
+            step = fit_slope(x[-2:], g[-2:])
             closes = g[-1] == 0 or slope * g[-1] < 0
             doublings = -g[-1] / slope if closes and slope != 0 else (0.0 if g[-1] == 0 else np.inf)
             doublings = doublings if np.isfinite(slope) else np.nan
             with np.errstate(over="ignore"):  # a slope near 0: closes "at" +inf
                 closes_at = horizons[ks[-1]] * np.exp2(doublings)
-            return g[-1], slope, slope(x, g), step, float(closes_at)
+            return g[-1], slope, fit_slope(x, g), step, float(closes_at)
 
         point = stat(good)
         draws = []

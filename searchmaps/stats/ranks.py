@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from .bootstrap import N_BOOT, boot_indices, cube, few_seeds, interval, shared_seeds, tau_rho
+from .bootstrap import N_BOOT, boot_indices, cube, few_seeds, interval, once_per_input, shared_seeds, tau_rho
 from .paired import adjust_pvalues, to_matrix
 from .topgroup import DEFAULT_RULE, top_group
 
@@ -66,7 +66,8 @@ def rank_stability(df: pd.DataFrame, metric: str = "val_loss", top_metric: str =
         if len(names) >= 2 and seeds.sum() >= 1:
             xa, xb = values[seeds][:, keep, a], values[seeds][:, keep, b]
             tau, rho = tau_rho(xa.mean(axis=0), xb.mean(axis=0))
-            draws = np.array([tau_rho(xa[i].mean(axis=0), xb[i].mean(axis=0))
+            pair = once_per_input(tau_rho)
+            draws = np.array([pair(xa[i].mean(axis=0), xb[i].mean(axis=0))
                               for i in boot_indices(xa.shape[0], n_boot, rng)])
             (tl, th), (rl, rh) = interval(draws[:, 0]), interval(draws[:, 1])
             group = []
@@ -123,7 +124,8 @@ def agreement_with(df: pd.DataFrame, reference: dict[str, float], metric: str = 
             noise = rng.normal(0.0, reference_sd, size=(n_boot, len(names))) if reference_sd > 0 else \
                 np.zeros((n_boot, len(names)))
             ours = [block[i].mean(axis=0) for i in idx]
-            slo, shi = interval(np.array([tau_rho(m, theirs)[0] for m in ours]))
+            against = once_per_input(tau_rho)
+            slo, shi = interval(np.array([against(m, theirs)[0] for m in ours]))
             lo, hi = interval(np.array([tau_rho(m, theirs + e)[0] for m, e in zip(ours, noise)]))
         rows.append({"rung": rung, "horizon": horizon, "confirmatory": k == len(rungs) - 1,
                      "n_candidates": len(names), "n_seeds": int(block.shape[0]),

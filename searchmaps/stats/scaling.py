@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import optimize
 
-from .bootstrap import boot_indices, cube, few_seeds, interval, slope
+from .bootstrap import boot_indices, cube, few_seeds, fit_slope, interval, once_per_input
 
 ALPHA_MIN, ALPHA_MAX = 1e-3, 3.0  # fit_power_law's bounds on the exponent
 
@@ -49,21 +49,6 @@ def fit_power_law(horizons, losses) -> tuple[float, float, float] | None:
 def predict(params, horizon) -> float:
     e, a, alpha = params
     return float(e + a * float(horizon) ** -alpha)
-
-
-def _memo(fit):
-    """``fit`` of an array, computed once per distinct array: a bootstrap over a few seeds
-    draws the same resample (the same means, bit for bit) many times (5 seeds: about 120
-    distinct of 1,000 draws), and a fit is a pure function of its input, so each is refitted
-    once and its answer reused, the same numbers as refitting every draw."""
-    done = {}
-
-    def cached(x: np.ndarray):
-        key = (x.shape, x.tobytes())
-        if key not in done:
-            done[key] = fit(x)
-        return done[key]
-    return cached
 
 
 def _predicted(fit, target: float) -> float:
@@ -131,7 +116,7 @@ def extrapolate(df: pd.DataFrame, target: float, metric: str = "val_loss", n_boo
         draws = np.full(n_boot, np.nan)
         if fit is not None:
             good = np.flatnonzero(seeds)
-            refit = _memo(lambda m: _predicted(fit_power_law(hs, m), target))
+            refit = once_per_input(lambda m: _predicted(fit_power_law(hs, m), target))
             for b, pick in enumerate(idx):
                 pick = pick[np.isin(pick, good)]
                 if pick.size:
@@ -192,7 +177,7 @@ def fit_shared_floor(horizons, means) -> tuple[float, np.ndarray, np.ndarray] | 
     for j in range(k):
         m = mask[j]
         lx, ly = np.log(x[m]), np.log(np.maximum(ys[j, m] - e0, 1e-9))
-        slope = slope(lx, ly)
+        slope = fit_slope(lx, ly)
         slope = slope if np.isfinite(slope) else -0.5
         a0[j], al0[j] = math.exp(float(np.mean(ly - slope * lx))), float(np.clip(-slope, 0.01, 2.9))
 
@@ -240,7 +225,7 @@ def shared_floor(df: pd.DataFrame, target: float, metric: str = "val_loss", n_bo
     point = fit_shared_floor(horizons, means(np.flatnonzero(seeds)))
     draws = np.full((n_boot, len(cands)), np.nan)
     if point is not None:
-        refit = _memo(lambda m: _shared_predicted(fit_shared_floor(horizons, m), target, len(cands)))
+        refit = once_per_input(lambda m: _shared_predicted(fit_shared_floor(horizons, m), target, len(cands)))
         for b, pick in enumerate(idx):
             draws[b] = refit(means(pick))
     rows = []
