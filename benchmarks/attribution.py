@@ -23,7 +23,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import stability  # noqa: E402
+from searchmaps import stats as stability  # noqa: E402
 
 
 def rows(folder: Path) -> pd.DataFrame:

@@ -40,7 +40,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import topgroup  # noqa: E402
+from searchmaps.stats import topgroup  # noqa: E402
 from searchmaps.stats.racing import race_step  # noqa: E402
 
 RULES = ("moderated", "hsd", "holm", "friedman", "mcb", "gameshowell", "tukeyonly")
