@@ -9,7 +9,7 @@ reached: Kendall's tau of each arm's mean ranking against the published table in
 arm's study.json, the shift with a 95 % bootstrap interval (each arm's seeds resampled on
 their own; the published values' assumed single-seed noise shared), and the baseline's
 lead in nats (the best other map's mean validation loss minus the baseline's; positive:
-the baseline is ahead). See :func:`searchmaps.stability.agreement_shift`.
+the baseline is ahead). See :func:`searchmaps.stats.agreement_shift`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import stability  # noqa: E402
+from searchmaps import stats as stability  # noqa: E402
 
 
 def rows(folder: Path) -> pd.DataFrame:

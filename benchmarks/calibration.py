@@ -11,7 +11,7 @@ ceil(k/3) maps (the noisy ones under 1:4) tied at 0, the rest 3 worse. FWER = th
 studies whose top group drops ANY map tied with the best (alpha 0.05); ± is one Monte
 Carlo standard error. Power: one map 2 or 3 noise sd worse than ten tied ones (k 11, n 3, 4
 and 5), the share of studies that leave it out. Every rule decides through
-``searchmaps.topgroup.top_groups`` (the same decisions as the report's, vectorised);
+``searchmaps.stats.topgroup.top_groups`` (the same decisions as the report's, vectorised);
 ``gameshowell`` is the moderated rule without moderation, ``tukeyonly`` the moderated rule
 without its switch to Dunnett's T3 at <= 4 shared seeds (as it was until 2026-12-04);
 both measured, not offered.
@@ -40,8 +40,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import topgroup  # noqa: E402
-from searchmaps.racing import race_step  # noqa: E402
+from searchmaps.stats import topgroup  # noqa: E402
+from searchmaps.stats.racing import race_step  # noqa: E402
 
 RULES = ("moderated", "hsd", "holm", "friedman", "mcb", "gameshowell", "tukeyonly")
 ALPHA = 0.05
@@ -128,7 +128,7 @@ def mde_table(count: int) -> None:
 def spread_table(count: int) -> None:
     """Where pooling starts to fail, and what the observed spread of per-map sd looks like."""
     print(f"\nUnequal noise, k 11, n 5, complete null: FWER against the true ratio of the largest to the smallest "
-          f"per-map sd (a third of the maps noisy), and the observed spread (searchmaps.topgroup.variance_spread) "
+          f"per-map sd (a third of the maps noisy), and the observed spread (searchmaps.stats.topgroup.variance_spread) "
           f"median / 95th percentile, {count} studies")
     print(f"{'ratio':>5} {'hsd':>12} {'moderated':>12} {'spread med':>10} {'spread p95':>10}")
     for ratio in (1.0, 1.5, 2.0, 3.0, 4.0):

@@ -22,7 +22,7 @@ from .plan import SearchPlan, check_study_name
 from .presets import PRESETS, get_preset
 from .samplers import AUTO, SAMPLER_CHOICES
 from .spaces import builtin_spaces, load_space
-from .topgroup import DEFAULT_RULE, RULES
+from .stats import DEFAULT_RULE, RULES
 
 EXIT_USAGE = 2
 

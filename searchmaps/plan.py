@@ -24,7 +24,7 @@ from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
 from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops
-from .topgroup import DEFAULT_RULE, RULES
+from .stats import DEFAULT_RULE, RULES
 
 
 
@@ -83,7 +83,7 @@ class SearchPlan:
     ladder: tuple[float, ...] = ()  # horizons served by one training (needs schedule wsd); () -> the space's
     promote: bool = False  # statistical successive halving along the ladder
     target: float | None = None  # the horizon the report extrapolates a ladder's fits to
-    top_group_rule: str = DEFAULT_RULE  # searchmaps.topgroup.RULES: racing, promotion and the report use it
+    top_group_rule: str = DEFAULT_RULE  # searchmaps.stats.topgroup.RULES: racing, promotion and the report use it
     lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
     tuning_seeds: int = 2
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from .config import Candidate
 from .results import Role, RunRecord, Status
-from .topgroup import DEFAULT_RULE
+from .stats import DEFAULT_RULE
 
 
 class _Wait:
@@ -133,7 +133,7 @@ class Finished:
 class RacingRule:
     """Racing: every candidate starts with ``start_seeds`` seeds; after each round those the
     top-group ``rule`` leaves out (alpha split over the planned looks, the last one at
-    every seed included: :func:`searchmaps.racing.race_step`) stop, and the others get one
+    every seed included: :func:`searchmaps.stats.racing.race_step`) stop, and the others get one
     more seed, until one is left or they have every seed and passed the last look."""
 
     start_seeds: int
@@ -144,7 +144,7 @@ class RacingRule:
 @dataclass(frozen=True)
 class PromotionRule:
     """Statistical successive halving: after each rung, the candidates in that rung's top
-    group (:func:`searchmaps.topgroup.top_group` over the seeds, by ``rule``) go on to the
+    group (:func:`searchmaps.stats.topgroup.top_group` over the seeds, by ``rule``) go on to the
     next rung. ``alpha`` is split evenly over the ladder's looks (one per rung but the
     last), as racing splits it over its rounds: each look may stop a map as good as the
     best with probability up to its share, so the whole ladder keeps it with probability
@@ -447,7 +447,7 @@ class Scheduler:
             return False
         import pandas as pd
 
-        from .racing import race_step
+        from .stats import race_step
 
         rows = [{"candidate": c.label, "seed": s, "val_ppl": self._rows[(c.label, s, last)].val_ppl}
                 for c in racers for s in range(self._planned[c])]
@@ -481,7 +481,7 @@ class Scheduler:
             return False
         import pandas as pd
 
-        from .topgroup import top_group
+        from .stats import top_group
 
         mat = pd.DataFrame({c.label: [self._rows[(c.label, s, rung)].val_ppl for s in range(self._planned[c])]
                             for c in at_rung})

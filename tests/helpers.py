@@ -88,10 +88,10 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     noise_sd * e_sc`` (z, e standard normal; ``z_s`` is shared by every candidate
     on seed s, so pairing removes it; ``seed_sd`` defaults to ``noise_sd``). Every
     candidate starts with ``start_seeds`` seeds; each round
-    :func:`searchmaps.racing.race_step` drops candidates and every survivor gets one
+    :func:`searchmaps.stats.racing.race_step` drops candidates and every survivor gets one
     more seed, until ``max_seeds`` or a single survivor (the search's own rule). The full
     factorial trains every candidate on ``max_seeds`` seeds (the same draws) and takes the
-    top group of the same ``rule`` (:func:`searchmaps.topgroup.top_group`).
+    top group of the same ``rule`` (:func:`searchmaps.stats.topgroup.top_group`).
 
     Returns ``top_group`` (racing's final survivors), ``trainings``, ``seeds_used``,
     ``dropped_at`` ({candidate: seeds it had when dropped}), ``full_top_group``,
@@ -101,8 +101,8 @@ def simulate_race(true_means, noise_sd: float, max_seeds: int, start_seeds: int 
     """
     import pandas as pd
 
-    from searchmaps.racing import race_step
-    from searchmaps.topgroup import top_group
+    from searchmaps.stats.racing import race_step
+    from searchmaps.stats.topgroup import top_group
 
     rng = np.random.default_rng(rng)
     mu = np.asarray(true_means, dtype=float)
@@ -231,3 +231,49 @@ def make_ladder_study(folder, horizons, by_rung: dict, published: dict | None = 
         info["published"] = published
     (folder / "study.json").write_text(json.dumps(info))
     return folder
+
+
+# ---------------------------------------------------------------------------- horizon ladders (tests/test_stats_*.py)
+
+HORIZONS = [1e5, 4e5, 1.6e6]
+
+
+def ladder_rows(means: dict, seeds: int = 4, noise=None, drop=()):
+    """Rows for ``means[candidate] = [mean at rung 0, 1, 2]``, seed offsets shared by all."""
+    out = []
+    for c, ms in means.items():
+        for r, m in enumerate(ms):
+            for s in range(seeds):
+                if (c, r) in drop:
+                    continue
+                v = m + 0.01 * s + (noise[(c, s, r)] if noise else 0.0)
+                out.append({"candidate": c, "seed": s, "rung": r, "horizon_target": HORIZONS[r], "val_loss": v,
+                            "val_ppl": math.exp(v)})
+    return pd.DataFrame(out)
+
+
+def laws_rows(laws: dict, horizons, seeds: int = 5, bump=None, sd: float = 0.0, rng=None):
+    """Rows for ``laws[candidate] = (E, A, alpha)`` at ``horizons``, seed offsets shared;
+    ``bump[(candidate, rung)]`` is added to that point, ``sd`` is independent seed noise."""
+    out = []
+    for c, (e, a, al) in laws.items():
+        for r, h in enumerate(horizons):
+            for s in range(seeds):
+                v = e + a * h ** -al + 0.01 * s + (bump or {}).get((c, r), 0.0)
+                v += sd * rng.standard_normal() if sd else 0.0
+                out.append({"candidate": c, "seed": s, "rung": r, "horizon_target": h, "val_loss": v,
+                            "val_ppl": math.exp(v)})
+    return pd.DataFrame(out)
+
+
+def holm_top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "ttest",
+                   correction: str = "holm", random_state=0) -> list[str]:
+    """The best candidate plus every candidate NOT significantly worse than it by ``method``
+    (corrected over all pairs by ``correction``, which must be family-wise), ordered by mean:
+    the paired tests' own top group, the one the tests check the corrections with (the
+    library's rules are in :mod:`searchmaps.stats.topgroup`)."""
+    from searchmaps.stats import all_pairs, require_family_wise, to_matrix, top_group_of_pairs
+
+    require_family_wise(correction)
+    mat = to_matrix(df, metric)
+    return top_group_of_pairs(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)

@@ -11,10 +11,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
 ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
-         "data.stage", "data.batches", "data.command", "data", "data.__main__", "schedule", "spaces", "results", "objectives", "stats",
-         "topgroup.critical", "topgroup.rule", "topgroup.rules.friedman", "topgroup.rules.holm", "topgroup.rules.hsd",
-         "topgroup.rules.mcb", "topgroup.rules.moderated", "topgroup.rules", "topgroup.power", "topgroup.analysis",
-         "topgroup", "racing", "stability",
+         "data.stage", "data.batches", "data.command", "data", "data.__main__", "schedule", "spaces", "results", "objectives",
+         "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
+         "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
+         "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
+         "stats.topgroup.noise", "stats.topgroup", "stats.racing", "stats.analysis", "stats.bootstrap", "stats.ranks",
+         "stats.scaling", "stats.gaps", "stats.proxy", "stats",
          "train", "train.step", "train.exit", "train.records", "train.ladder", "train.packed", "supernet.distill",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
          "samplers", "plan",

@@ -29,7 +29,7 @@ from searchmaps.report.section import inline
 from searchmaps.report.sentences import family_sentences, result_sentences
 from searchmaps.report.summary import pareto_optimal
 from searchmaps.results import RunsFile
-from searchmaps.topgroup import DEFAULT_RULE, top_group
+from searchmaps.stats.topgroup import DEFAULT_RULE, top_group
 
 
 def result_text(page: str) -> str:
@@ -689,7 +689,7 @@ def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trend
     from searchmaps.report.summary import load_info, load_runs
     from searchmaps.results import records_frame
 
-    again = report_horizons.analyse(records_frame(load_runs(study)), load_info(study), n_boot=20)
+    again = report_horizons.horizon_analysis(records_frame(load_runs(study)), load_info(study), n_boot=20)
     assert (again.published["reference_sd"] == 0.3).all()  # study.json's published.sd, without the option
 
 
@@ -869,14 +869,16 @@ def test_one_voice_the_ranking_matrix_friedman_line_and_top_group_agree(tmp_path
 
 
 def test_an_omnibus_difference_with_everyone_in_the_top_group_is_reconciled():
+    from types import SimpleNamespace
+
     from searchmaps.report.sentences import _omnibus_verdict
 
     summary = pd.DataFrame({"n_seeds": [3] * 4})
-    res = {"summary": summary, "alpha": 0.05, "top_group": ["a", "b", "c", "d"]}
+    res = SimpleNamespace(summary=summary, alpha=0.05, top_group=["a", "b", "c", "d"])  # the Analysis fields it reads
     said = _omnibus_verdict({"p_value": 0.016}, res)
     assert "no single map is shown worse than the best" in said and "the candidates differ," not in said
     assert "as the top group says" in _omnibus_verdict({"p_value": 0.5}, res)
-    assert "still rules out 2" in _omnibus_verdict({"p_value": 0.5}, {**res, "top_group": ["a", "b"]})
+    assert "still rules out 2" in _omnibus_verdict({"p_value": 0.5}, SimpleNamespace(**{**vars(res), "top_group": ["a", "b"]}))
 
 
 def test_the_supernet_trust_sentence_states_regret_in_nats_with_perplexity_for_display():

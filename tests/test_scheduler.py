@@ -228,7 +228,7 @@ def test_racing_rounds_wait_for_every_racer():
 
 
 def test_the_race_takes_its_last_look_with_every_seed():
-    """Alpha is split over the looks at 3..--seeds seeds (racing.py, docs/search.md): the look at the
+    """Alpha is split over the looks at 3..--seeds seeds (stats/racing.py, docs/search.md): the look at the
     last seed is one of them, so a map that only the full seeds separate is dropped there
     rather than kept unlooked-at."""
     noise_b, noise_c = [0.05, -0.05, 0.04, -0.03], [0.1, -0.1, 0.2, 0.0]
@@ -323,9 +323,7 @@ def test_promotion_keeps_the_full_ladders_top_group_on_synthetic_outcomes():
     rung must include the full ladder's top group at the last rung (the answer promotion
     must not lose) in at least 93 % of studies (measured 98 %, at 66 % of the trainings);
     with alpha split over the looks, 1 - alpha = 95 % is the design's floor for the equal maps."""
-    from helpers import long_rows
-
-    from searchmaps.stats import top_group
+    from helpers import holm_top_group, long_rows
 
     cands = [cand(m) for m in ("1,1,1,1", "2,1,1,1", "1,2,1,1", "1,1,2,1", "2,2,1,1", "4,2,1,1")]
     truth = dict(zip(cands, [10.0, 10.0, 10.0, 12.0, 13.0, 16.0]))
@@ -341,7 +339,7 @@ def test_promotion_keeps_the_full_ladders_top_group_on_synthetic_outcomes():
         handed, ev = promote(ppl, seeds=6, rungs=3, cands=cands)
         reached = {c.label for c, e in ev.items() if not e.stopped}
         full = long_rows(np.array([[ppl(c, s, 2) for c in cands] for s in range(6)]), [c.label for c in cands])
-        kept += set(top_group(full, "val_ppl", alpha=0.05)) <= reached
+        kept += set(holm_top_group(full, "val_ppl", alpha=0.05)) <= reached
         share += len(handed) / (6 * 6 * 3) / n
     assert kept / n >= 0.93, kept / n
     assert share < 0.8  # and it saves trainings

@@ -5,7 +5,7 @@
         [--target-effect E] [--target-tokens N] [--published-sd SD] [--storage URL] [--no-attach]
 
 :func:`write_report` reads ``runs.csv`` and ``study.json`` of a study folder, runs
-:func:`searchmaps.topgroup.analyze` on the rows the statistics use (the successful eval
+:func:`searchmaps.stats.topgroup.analyze` on the rows the statistics use (the successful eval
 rows of the study's last horizon) and writes ``summary.csv`` (one row per candidate) and
 ``report.html`` next to them, plus each section's own files: ``planned.csv`` (planned
 comparisons), ``stability.csv``, ``scaling.csv``, ``gap_trend.csv``, ``agreement.csv`` (a

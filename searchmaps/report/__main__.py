@@ -7,8 +7,7 @@ from __future__ import annotations
 import sys
 
 from ..cli import Parser, fail
-from ..stats import FAMILY_WISE, METHODS
-from ..topgroup import DEFAULT_RULE, RULES
+from ..stats import DEFAULT_RULE, FAMILY_WISE, METHODS, RULES
 from . import ReportError, write_report
 
 

@@ -1,7 +1,7 @@
 """The report's horizon section, for a study trained on a ladder of horizons: does the
 ranking hold as training gets longer, and where do the curves go?
 
-:func:`analyse` computes the statistics; :func:`section` gives ``stability.csv`` (every
+:func:`horizon_analysis` computes the statistics; :func:`section` gives ``stability.csv`` (every
 pair of horizons: Kendall's tau and Spearman's rho with bootstrap intervals over seeds,
 top-group overlap), ``scaling.csv`` (each candidate's
 fitted ``L(D) = E + A·D^-alpha``, whether it sits on a bound or misses the data by more
@@ -24,9 +24,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from .. import stability
+from .. import stats
 from ..results import Role
-from ..topgroup import DEFAULT_RULE
+from ..stats import DEFAULT_RULE
 from .section import Section, code, html_table
 from .sentences import fmt_p
 
@@ -47,7 +47,7 @@ class HorizonAnalysis:
     trend: pd.DataFrame | None = None  # each map's gap to the baseline and its trend (gap_trend.csv)
 
 
-def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
+def horizon_analysis(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
             n_boot: int = 1000, rule: str = DEFAULT_RULE, reference: str | None = None,
             published_sd: float | None = None) -> HorizonAnalysis | None:
     """The horizon statistics of a study's rows (a :func:`searchmaps.results.records_frame`);
@@ -56,7 +56,7 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
     extrapolated to; ``rule`` is the top-group rule of the overlaps (the report's);
     ``reference`` the baseline whose gaps the fits and trends are judged by;
     ``published_sd`` the seed sd assumed in the published numbers (default: study.json's
-    ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`)."""
+    ``published.sd``, else :data:`searchmaps.stats.PUBLISHED_SD`)."""
     rows = frame[(frame["role"] == Role.EVAL) & (frame["status"] == "ok")
                  & np.isfinite(frame["val_loss"].astype(float))]
     rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
@@ -69,24 +69,24 @@ def analyse(frame: pd.DataFrame, info: dict, target: float | None = None, alpha:
         target = float(published.get("tokens") or 0) if unit == "tokens" else 0.0
         target = target if target > horizons[-1] else 10 * horizons[-1]
     reference = reference if reference in set(rows["candidate"]) else None
-    scaling, boots = stability.extrapolate(rows, target, n_boot=n_boot, reference=reference)
-    shared, shared_boots = stability.shared_floor(rows, target, n_boot=n_boot)
+    scaling, boots = stats.extrapolate(rows, target, n_boot=n_boot, reference=reference)
+    shared, shared_boots = stats.shared_floor(rows, target, n_boot=n_boot)
     trend = None
     if reference is not None:
-        trend = stability.gap_trend(rows, reference, target, n_boot=n_boot)
+        trend = stats.gap_trend(rows, reference, target, n_boot=n_boot)
         for table, draws, column, prefix in ((scaling, boots, "prediction", "fit"),
                                              (shared, shared_boots, "shared_prediction", "shared")):
-            trend = trend.merge(stability.paired_gap_at_target(table, draws, reference, column, prefix),
+            trend = trend.merge(stats.paired_gap_at_target(table, draws, reference, column, prefix),
                                 on="candidate", how="left")
     agreement = None
     if published.get("values"):
-        sd = float(published_sd if published_sd is not None else published.get("sd", stability.PUBLISHED_SD))
-        agreement = stability.agreement_with(rows, published["values"], n_boot=n_boot, reference_sd=sd)
+        sd = float(published_sd if published_sd is not None else published.get("sd", stats.PUBLISHED_SD))
+        agreement = stats.agreement_with(rows, published["values"], n_boot=n_boot, reference_sd=sd)
     return HorizonAnalysis(
         unit=unit, horizons=horizons,
-        stability=stability.rank_stability(rows, alpha=alpha, n_boot=n_boot, rule=rule),
-        ranks=stability.rank_by_rung(rows, n_boot=n_boot), means=_means(rows),
-        scaling=scaling.merge(shared, on="candidate", how="left"), crossings=stability.crossings(scaling, boots),
+        stability=stats.rank_stability(rows, alpha=alpha, n_boot=n_boot, rule=rule),
+        ranks=stats.rank_by_rung(rows, n_boot=n_boot), means=_means(rows),
+        scaling=scaling.merge(shared, on="candidate", how="left"), crossings=stats.crossings(scaling, boots),
         target=float(target), published=agreement, published_source=str(published.get("source", "")),
         reference=reference, trend=trend)
 
@@ -174,16 +174,16 @@ def family_sentence(a: HorizonAnalysis) -> str:
 def seeds_sentence(a: HorizonAnalysis) -> str:
     """A warning when the section's bootstrap intervals rest on too few seeds."""
     n = int(a.stability["n_seeds"].min()) if len(a.stability) else 0
-    if n < 2 or not stability.few_seeds(n):
+    if n < 2 or not stats.few_seeds(n):
         return ""
     return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow "
-            f"(for a mean it covers about {100 * stability.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
-            f"{_fewest_seeds()} seeds to reach {100 * stability.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
+            f"(for a mean it covers about {100 * stats.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
+            f"{_fewest_seeds()} seeds to reach {100 * stats.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
             f"the uncertainty (few_seeds in the csv files).")
 
 
 def _fewest_seeds() -> int:
-    return next(n for n in range(2, 1000) if not stability.few_seeds(n))
+    return next(n for n in range(2, 1000) if not stats.few_seeds(n))
 
 
 def sentences(a: HorizonAnalysis) -> list[str]:
@@ -434,7 +434,7 @@ def scaling_figure(a: HorizonAnalysis, shown: set[str]):
         if cand in fit.index and np.isfinite(fit.loc[cand, "prediction"]):
             p = fit.loc[cand]
             fig.add_trace(go.Scatter(
-                x=grid, y=[stability.predict((p["E"], p["A"], p["alpha"]), d) for d in grid], mode="lines",
+                x=grid, y=[stats.predict((p["E"], p["A"], p["alpha"]), d) for d in grid], mode="lines",
                 legendgroup=cand, showlegend=False, visible=visible, line=dict(color=color, dash="dot", width=1.5),
                 hoverinfo="skip"))
             fig.add_trace(go.Scatter(

@@ -15,14 +15,14 @@ from .sentences import family_label, family_sentences, fmt_p
 from .summary import METRIC, with_all_pairs
 
 
-def comparisons(ok: pd.DataFrame, pairs: list[tuple[str, str]], res: dict, second_name: str) -> pd.DataFrame:
+def comparisons(ok: pd.DataFrame, pairs: list[tuple[str, str]], res: stats.Analysis, second_name: str) -> pd.DataFrame:
     """The rows of ``planned.csv``: :func:`searchmaps.stats.planned_comparisons` of ``pairs``
     with the second opinion's raw p and each pair's verdict in the all-pairs family."""
-    kw = dict(metric=METRIC, correction=res["correction"], alpha=res["alpha"])
-    out = stats.planned_comparisons(ok, pairs, method=res["method"], **kw)
+    kw = dict(metric=METRIC, correction=res.correction, alpha=res.alpha)
+    out = stats.planned_comparisons(ok, pairs, method=res.method, **kw)
     out.insert(out.columns.get_loc("p_value") + 1, f"p_{second_name}",
                stats.planned_comparisons(ok, pairs, method=second_name, **kw)["p_value"])
-    return with_all_pairs(out, res["pairwise"], res["alpha"])
+    return with_all_pairs(out, res.pairwise, res.alpha)
 
 
 def planned_table(planned: pd.DataFrame, method: str, second_name: str, correction: str, alpha: float,
@@ -48,17 +48,17 @@ def planned_table(planned: pd.DataFrame, method: str, second_name: str, correcti
     return html_table(head, rows)
 
 
-def section(planned: pd.DataFrame, res: dict, second_name: str) -> Section:
+def section(planned: pd.DataFrame, res: stats.Analysis, second_name: str) -> Section:
     """The section of the planned comparisons ``planned`` (:func:`comparisons`) in a study
-    analysed as ``res`` (:func:`searchmaps.topgroup.analyze`)."""
-    said = family_sentences(planned, res["family_size"], res) if res["family_size"] else []
+    analysed as ``res`` (:func:`searchmaps.stats.topgroup.analyze`)."""
+    said = family_sentences(planned, res.family_size, res) if res.family_size else []
     text = (f"<p class=caption>Hypotheses named before the results "
             f"(--planned), each a paired test, corrected over these {len(planned)} only; "
             f"Δ is the first minus the second (negative: the first has lower perplexity). The ranking, "
             f"the significance matrix and the top group use {family_label(res)} instead, so a pair can be "
             f"significant here and not there, or the reverse: the last column gives each pair's verdict "
             f"in that family.</p>"
-            + planned_table(planned, res["method"], second_name, res["correction"], res["alpha"], res["family_size"],
-                            f"{family_label(res, short=True)}: p" if res.get("family") == "rule" else None))
+            + planned_table(planned, res.method, second_name, res.correction, res.alpha, res.family_size,
+                            f"{family_label(res, short=True)}: p" if res.family == "rule" else None))
     return Section(sentences=said, top_tables=[("Planned comparisons", text)],
                    files={"planned.csv": planned.to_csv(index=False)})

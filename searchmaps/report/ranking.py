@@ -13,7 +13,7 @@ import html
 import numpy as np
 import pandas as pd
 
-from .. import stats, topgroup
+from .. import stats
 from .. import objectives as objs
 from .figures import curves_figure, pareto_axes, pareto_figure, significance_figure
 from .section import Section, code, html_table
@@ -56,25 +56,25 @@ def ranking_table(summary: pd.DataFrame, second_name: str, objectives=()) -> str
     return html_table(head, rows, classes)
 
 
-def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
+def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: stats.Analysis, second_name: str,
             alpha: float, rule: str, info: dict, title: str) -> Section:
     """The ranking section of ``summary`` (complete: with ``pareto_separated`` where the
     study's objectives have a front the seeds separate and, for a tuned study, ``lr``),
     which it also gives as ``summary.csv``. ``runs`` are the last horizon's rows, ``ok``
-    the ones the statistics use, ``res`` their :func:`searchmaps.topgroup.analyze`; the
+    the ones the statistics use, ``res`` their :func:`searchmaps.stats.topgroup.analyze`; the
     Pareto figures plot the study's objectives (study.json's, :mod:`searchmaps.objectives`),
     the first against each other one; ``title`` is the first figure's."""
     objectives = objs.of_study(info)
     several = ok["candidate"].nunique() > 1
-    detail = res["rule_detail"]
-    said = result_sentences(summary, res["best"], res["reference"], alpha, first_errors(runs), res["family_size"],
+    detail = res.rule_detail
+    said = result_sentences(summary, res.best, res.reference, alpha, first_errors(runs), res.family_size,
                             detail)
-    noise = noise_sentence(topgroup.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
+    noise = noise_sentence(stats.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
     said += [s for s in (noise, readmitted) if s]
     figures = []
     for i, (y, x) in enumerate(pareto_axes(objectives)):
-        fig = pareto_figure(summary, info.get("budget_flops"), res["reference"],
+        fig = pareto_figure(summary, info.get("budget_flops"), res.reference,
                             title if i == 0 else f"{title.split(':')[0]}: {y.label} vs {x.label}", alpha, y=y, x=x)
         if (y.name, x.name) != objs.DEFAULT or "pareto_separated" not in summary:
             better = "lower" if y.sign > 0 else "higher (drawn upside down)"
@@ -102,13 +102,13 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                 "overlap. Hover for exact FLOPs, seeds and p-values."))
     order = [c for c in summary["candidate"] if c in set(ok["candidate"])]
     if several:
-        figures.append(("Significance matrix", significance_figure(res["pairwise"], order, alpha),
+        figures.append(("Significance matrix", significance_figure(res.pairwise, order, alpha),
                         f"p-value of every pair in {family_label(res)} (the {second_name} test's, for the best and "
                         f"the baseline, are in summary.csv); dark cells differ at α = {alpha:g}. Rows and columns are "
                         f"ordered best first."))
     curves = curve_table(ok)
     if not curves.empty:
-        figures.append(("Learning curves", curves_figure(curves, summary, res["reference"]),
+        figures.append(("Learning curves", curves_figure(curves, summary, res.reference),
                         "Validation loss during training, one panel per map in ranking order (★: the top group), "
                         "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
                         "baseline's (dotted grey) to read the gap against. Axes are shared."))

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..topgroup import DEFAULT_RULE, TopGroup, get_rule
-from ..topgroup.rule import span
+from ..stats import DEFAULT_RULE, Analysis, TopGroup, get_rule
+from ..stats.topgroup.rule import span
 
 TEST_NAMES = {"ttest": "paired t-test", "signflip": "exact paired sign-flip test",
               "wilcoxon": "exact Wilcoxon signed-rank test"}
@@ -100,7 +100,7 @@ def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, al
                      rule: TopGroup | None = None) -> list[str]:
     """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
     table (best first). ``rule`` (the top-group rule's answer,
-    :func:`searchmaps.topgroup.rule_detail`): when it decides by allowances, the sentences
+    :func:`searchmaps.stats.topgroup.rule_detail`): when it decides by allowances, the sentences
     give them instead of the all-pairs p-values."""
     errors = errors or {}
     ok = summary[summary["n_seeds"] > 0].set_index("candidate")
@@ -177,19 +177,19 @@ def _reference_sentences(ok: pd.DataFrame, best: str, reference: str | None, alp
     return out
 
 
-def family_label(res: dict, short: bool = False) -> str:
+def family_label(res: Analysis, short: bool = False) -> str:
     """The all-pairs family the ranking, the significance matrix and the top group share:
     the top-group rule's own simultaneous comparisons where it compares every pair
     (its simultaneous p-values), else the study's test corrected over every pair."""
-    n = res["family_size"]
-    if res.get("family") == "rule":
-        return (f"the {res['rule']} rule's family ({n} pairs)" if short else
-                f"the {res['rule']} rule's simultaneous comparisons of all {n} pairs (the top group's own test)")
+    n = res.family_size
+    if res.family == "rule":
+        return (f"the {res.rule} rule's family ({n} pairs)" if short else
+                f"the {res.rule} rule's simultaneous comparisons of all {n} pairs (the top group's own test)")
     return (f"the all-pairs family ({n} pairs)" if short else
-            f"{TEST_NAMES[res['method']]}s, {CORRECTION_NAMES[res['correction']]}-corrected over all {n} pairs")
+            f"{TEST_NAMES[res.method]}s, {CORRECTION_NAMES[res.correction]}-corrected over all {n} pairs")
 
 
-def family_sentences(planned: pd.DataFrame, family_size: int, res: dict | None = None) -> list[str]:
+def family_sentences(planned: pd.DataFrame, family_size: int, res: Analysis | None = None) -> list[str]:
     """Where a planned pair's verdict differs from the same pair's in the all-pairs family
     (``planned`` from :func:`~searchmaps.report.summary.with_all_pairs`): one sentence per
     such pair and one on why; empty when they all agree."""
@@ -198,7 +198,7 @@ def family_sentences(planned: pd.DataFrame, family_size: int, res: dict | None =
         return []
     n_planned, out = len(planned), []
     here = f"the planned comparisons (corrected over {n_planned})"
-    there = (f"the all-pairs analysis (corrected over {family_size})" if res is None or res.get("family") != "rule"
+    there = (f"the all-pairs analysis (corrected over {family_size})" if res is None or res.family != "rule"
              else f"{family_label(res, short=True)}")
     for r in differ.itertuples(index=False):
         how = "worse than" if r.mean_diff > 0 else "better than"
@@ -237,7 +237,7 @@ def cannot_reject_sentence(method: str, correction: str, families: list[tuple[st
 # --------------------------------------------------------------------------- the protocol
 
 
-def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second_name: str,
+def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: Analysis, second_name: str,
                        correction: str, configs: list[dict] | None = None) -> list[str]:
     """How the numbers were made: horizon, training recipe (from ``configs``, the rows'
     ``RunRecord.config``), seeds, data, model, test, correction, the exact tests' floor,
@@ -275,7 +275,7 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
     if info.get("budget_flops"):
         out.append(f"Candidates: maps at or under the budget of {info['budget_flops']:,.0f} forward FLOPs per "
                    f"token ({info.get('space', 'space')} space, sampler {info.get('sampler', '?')}).")
-    n_seeds = res["summary"]["n_seeds"]
+    n_seeds = res.summary["n_seeds"]
     seeds = f"{n_seeds.iloc[0]}" if n_seeds.nunique() == 1 else f"{n_seeds.min()} to {n_seeds.max()}"
     planned = info.get("seeds")
     seeds += f" (planned {planned})" if planned and (n_seeds != planned).any() else ""
@@ -292,21 +292,21 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: di
                    f"FFN {m.get('ffn_hidden')}, sequence {m.get('seq_len')}, vocabulary {m.get('vocab_size')}{size}.")
     scale = ("validation loss per seed (nats: the declared scale of every test, the top group and the detectable "
              "difference; perplexity is shown for reading only)")
-    if res.get("family") == "rule":
+    if res.family == "rule":
         out.append(f"Pairwise p-values (the ranking's, the significance matrix's and the baseline comparisons'): "
-                   f"{family_label(res)}, on {scale}, α = {res['alpha']:g}: a map is out of the top group exactly "
+                   f"{family_label(res)}, on {scale}, α = {res.alpha:g}: a map is out of the top group exactly "
                    f"when its p against the best is at most α. The planned comparisons use the "
-                   f"{TEST_NAMES[res['method']]}, corrected over their own family; the {TEST_NAMES[second_name]}, "
+                   f"{TEST_NAMES[res.method]}, corrected over their own family; the {TEST_NAMES[second_name]}, "
                    f"{CORRECTION_NAMES[correction]}-corrected over all pairs, is a second opinion (summary.csv's "
                    f"*_{second_name} columns).")
     else:
         out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
-                   f"{TEST_NAMES[res['method']]} on {scale}, two-sided, with the "
+                   f"{TEST_NAMES[res.method]} on {scale}, two-sided, with the "
                    f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
-                   f"correction over all {res['family_size']} candidate pairs, α = {res['alpha']:g}.")
+                   f"correction over all {res.family_size} candidate pairs, α = {res.alpha:g}.")
     out += _rule_sentences(res)
     out += _floor_sentences(res, correction)
-    fr = res["friedman"]
+    fr = res.friedman
     if fr:
         out.append(f"Friedman omnibus test over the {fr['n_seeds']} seeds all {fr['n_candidates']} candidates "
                    f"share: χ² = {fr['statistic']:.3g}, {p_eq(fr['p_value'])} ({_omnibus_verdict(fr, res)}).")
@@ -381,14 +381,14 @@ def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:
             + "".join(f"{x}; " for x in ilr) + f"{prec} on {device}.")
 
 
-def _omnibus_verdict(fr: dict, res: dict) -> str:
+def _omnibus_verdict(fr: dict, res: Analysis) -> str:
     """The omnibus verdict in words that agree with the top group: a global test asks
     whether ANY two candidates differ, a weaker question than which map is worse than the
     best, so it can find a spread that no comparison with the best resolves (and the
     reverse: ranks ignore how large the gaps are)."""
-    n_all = int((res["summary"]["n_seeds"] > 0).sum())
-    everyone = len(res["top_group"]) >= n_all
-    if fr["p_value"] <= res["alpha"]:
+    n_all = int((res.summary["n_seeds"] > 0).sum())
+    everyone = len(res.top_group) >= n_all
+    if fr["p_value"] <= res.alpha:
         if everyone:
             return ("by ranks the candidates differ somewhere, but no single map is shown worse than the best, so "
                     "the top group keeps them all: a global test answers a weaker question")
@@ -396,17 +396,17 @@ def _omnibus_verdict(fr: dict, res: dict) -> str:
     if everyone:
         return "no evidence that the candidates differ, as the top group says"
     return (f"no evidence by ranks alone; the top group's rule, which uses the size of the gaps, still rules out "
-            f"{n_all - len(res['top_group'])}")
+            f"{n_all - len(res.top_group)}")
 
 
-def _floor_sentences(res: dict, correction: str) -> list[str]:
+def _floor_sentences(res: Analysis, correction: str) -> list[str]:
     """What the exact tests' floor 2/2^n means for this study (the warning itself, when
     the chosen test cannot reject, is :func:`cannot_reject_sentence`)."""
-    if res.get("family") == "rule":
+    if res.family == "rule":
         return []  # the all-pairs family is the rule's; the planned family's floor is the warning's business
-    r = res["resolution"]
+    r = res.resolution
     n, m, thr = r["n_seeds"], r["n_comparisons"], r["threshold"]
-    if n < 2 or res["family_size"] == 0:
+    if n < 2 or res.family_size == 0:
         return []
     floor = 2 / 2**n
     step = (f"p ≤ α/m = {thr:.2g} to pass Holm's first step over m = {m} pairs" if correction == "holm"
@@ -414,24 +414,24 @@ def _floor_sentences(res: dict, correction: str) -> list[str]:
     need = math.ceil(math.log2(2 / thr) - 1e-12)
     can = ("could not reject anything" if floor > thr
            else "can reject only pairs whose differences nearly all share a sign")
-    if res["method"] == "ttest":
+    if res.method == "ttest":
         return [f"Why the t-test: with {n} paired seeds the exact sign-flip and Wilcoxon tests' smallest two-sided "
                 f"p is 2/2^{n} = {floor:.3g}, and a pair needs {step}, so they {can} (they need at least {need} "
                 f"seeds; with 3-5 seeds they cannot even reach p < 0.05). The t-test has no such floor."]
     if floor > thr:
         return []  # the warning says it, first and louder
-    return [f"The {TEST_NAMES[res['method']]}'s smallest two-sided p with {n} paired seeds is 2/2^{n} = {floor:.3g} "
+    return [f"The {TEST_NAMES[res.method]}'s smallest two-sided p with {n} paired seeds is 2/2^{n} = {floor:.3g} "
             f"and a pair needs {step}, so it {can}."]
 
 
-def _rule_sentences(res: dict) -> list[str]:
+def _rule_sentences(res: Analysis) -> list[str]:
     """Which rule chose the top group, and with what allowance (the rule's own words)."""
-    d = res["rule_detail"]
+    d = res.rule_detail
     return [d.description] + ([d.caveat] if d.caveat else [])
 
 
 def noise_sentence(check: dict) -> str | None:
-    """One sentence when the maps' seed noise differs (:func:`searchmaps.topgroup.noise_check`):
+    """One sentence when the maps' seed noise differs (:func:`searchmaps.stats.topgroup.noise_check`):
     by how much, the rule used, and what a rule that assumes equal noise (``pooled_rule``)
     concludes where it differs. Also when the spread is within chance but above 1.5x and
     that rule's top group differs from the rule's (the reader should know why); None
@@ -486,8 +486,8 @@ def readmitted_sentence(summary: pd.DataFrame, racing: bool) -> str | None:
             f"few to rule {'it' if one else 'them'} out here; the race's decision stands for the seeds it spent.")
 
 
-def _power_sentences(res: dict) -> list[str]:
-    det = res.get("detectable")
+def _power_sentences(res: Analysis) -> list[str]:
+    det = res.detectable
     if det is not None and np.isfinite(det["mde"]):
         out = [f"Minimum detectable difference of the {det['rule']} rule: with {det['n_seeds']} seeds it rules out a "
                f"map {det['mde']:.3g} nats worse than the best ({det['mde_pct']:.1f} % of the best mean loss) with "
@@ -495,14 +495,14 @@ def _power_sentences(res: dict) -> list[str]:
                f"maps tied with the best (searchmaps.report --target-effect says how many seeds a smaller effect "
                f"needs)."]
         return out + _gaps_below(res, det["mde"])
-    mde = res["mde"]
+    mde = res.mde
     n, m = mde["n_seeds"], mde["n_comparisons"]
     if not np.isfinite(mde["mde"]):
         return ["Minimum detectable difference: not computable (it needs two candidates sharing at least two "
                 "seeds)."]
     by = mde["by_seeds"].set_index("n_seeds")["mde"]
     more = [f"{k} seeds: {by[k]:.3g}" for k in sorted({n + 2, 2 * n, 2 * n + 4}) if k in by.index and k > n]
-    best = res["summary"]["mean"].min()
+    best = res.summary["mean"].min()
     out = [f"Minimum detectable difference: with {n} seeds (sd of paired differences {mde['sd_diff']:.3g}), "
            f"a paired t-test at α/m over m = {m} pairs finds a true difference of {mde['mde']:.3g} "
            f"nats ({100 * mde['mde'] / best:.1f} % of the best mean loss) with {mde['power']:.0%} power "
@@ -510,10 +510,10 @@ def _power_sentences(res: dict) -> list[str]:
     return out + _gaps_below(res, mde["mde"])
 
 
-def _gaps_below(res: dict, mde: float) -> list[str]:
+def _gaps_below(res: Analysis, mde: float) -> list[str]:
     """A sentence when the top group's gaps to the best are all below the detectable difference."""
-    gaps = res["summary"]["mean"] - res["summary"]["mean"].min()
-    gap = gaps[res["summary"]["candidate"].isin(res["top_group"])].max()
-    if len(res["top_group"]) > 1 and gap < mde:
+    gaps = res.summary["mean"] - res.summary["mean"].min()
+    gap = gaps[res.summary["candidate"].isin(res.top_group)].max()
+    if len(res.top_group) > 1 and gap < mde:
         return [f"The gaps inside the top group (up to {gap:.3g}) are below it: add seeds to separate them."]
     return []

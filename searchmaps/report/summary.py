@@ -147,7 +147,7 @@ SUMMARY_COLUMNS = ["candidate", "map", "pe", *(objs.get(n).column for n in COSTS
                    "in_top_group", "pareto_optimal", "n_failed"]
 
 
-def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.DataFrame | None,
+def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: stats.Analysis, second: pd.DataFrame | None,
                   second_name: str, objectives=None) -> pd.DataFrame:
     """One row per candidate (:data:`SUMMARY_COLUMNS`, then the column of each of the
     study's ``objectives`` not among them: :mod:`searchmaps.objectives`, default its
@@ -164,10 +164,10 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
         if o.needs is not None and len(ok) and not np.isfinite(ok[o.name].astype(float)).any():
             raise ReportError(f"study.json: objectives: {o.name}: runs.csv's rows lack it (the study ran "
                               f"without {o.needs[1]})")
-    order = list(res["summary"]["candidate"])  # best first on the tested scale
+    order = list(res.summary["candidate"])  # best first on the tested scale
     s = stats.summarize(ok, DISPLAY).set_index("candidate").loc[order].reset_index()
     mat = stats.to_matrix(ok, METRIC)
-    best, ref, pw = res["best"], res["reference"], res["pairwise"]
+    best, ref, pw = res.best, res.reference, res.pairwise
     s["val_loss_mean"] = s["candidate"].map(ok.groupby("candidate")["val_loss"].mean())
     for name, against in (("best", best), ("reference", ref)):
         s[f"diff_to_{name}"] = [np.nan if against is None else 0.0 if c == against else _paired_diff(mat, c, against)
@@ -175,7 +175,7 @@ def build_summary(runs: pd.DataFrame, ok: pd.DataFrame, res: dict, second: pd.Da
         for col, p in ((f"p_vs_{name}", pw), (f"p_vs_{name}_{second_name}", second)):
             s[col] = [np.nan if against is None or p is None or c == against else float(p.loc[c, against])
                       for c in s["candidate"]]
-    s["in_top_group"] = s["candidate"].isin(res["top_group"])
+    s["in_top_group"] = s["candidate"].isin(res.top_group)
     failed_only = sorted(set(runs["candidate"]) - set(s["candidate"]))
     if failed_only:
         s = pd.concat([s, pd.DataFrame({"candidate": failed_only, "n_seeds": 0, "in_top_group": False})],

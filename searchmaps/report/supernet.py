@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from .. import stability
+from .. import stats
 from ..results import ResultsError, atomic_write_text
-from ..topgroup import DEFAULT_RULE
+from ..stats import DEFAULT_RULE
 from .page import render_page
 from .section import Section, code, html_table
 from .summary import pareto_optimal
@@ -64,12 +64,12 @@ def means(scores: pd.DataFrame) -> pd.DataFrame:
 
 
 def validate(scores: pd.DataFrame, runs: pd.DataFrame, rule: str = DEFAULT_RULE, alpha: float = 0.05) -> dict | None:
-    """:func:`searchmaps.stability.proxy_agreement` of the supernet scores against the
+    """:func:`searchmaps.stats.proxy_agreement` of the supernet scores against the
     study's successful stand-alone rows (last horizon); None with fewer than two shared maps."""
     shared = set(scores["candidate"]) & set(runs["candidate"])
     if len(shared) < 2:
         return None
-    out = stability.proxy_agreement(scores, runs, "val_loss", rule, alpha)
+    out = stats.proxy_agreement(scores, runs, "val_loss", rule, alpha)
     if "applied_layers" in scores.columns:
         out["depth_tau"] = depth_tau(scores, runs)
     return out
@@ -310,7 +310,7 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                         f"({agreement['truth_seeds']} seeds); its top group by the {rule} rule at α = {alpha}; "
                         f"intervals: 95 % bootstrap over supernet and stand-alone seeds. The ceiling: the τ "
                         f"between the mean losses of two disjoint halves of the stand-alone seeds, over every split "
-                        f"(or {stability.N_BOOT} random ones), with the spread over splits.")
+                        f"(or {stats.N_BOOT} random ones), with the spread over splits.")
     page = render_page(f"Supernet: {study_dir.name}",
                        [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])], protocol,
                        footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'

@@ -11,7 +11,7 @@ import sys
 from .. import stats
 from ..results import RunRecord, last_horizon, records_frame, statistics_rows
 from ..schedule import make_ladder, tokens_per_step
-from ..topgroup import detectable_effect, noise_check, rule_detail
+from ..stats import detectable_effect, noise_check, rule_detail
 from .sentences import noise_sentence
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from .. import objectives as objs
-from .. import stats, topgroup
+from .. import stats
 from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
 from . import exit as exit_section
@@ -77,10 +77,10 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     (:mod:`searchmaps.report.horizons`), extrapolated to ``target`` (default: study.json's
     ``target``, else the published numbers' horizon, else 10x the longest horizon);
     ``published_sd`` is the seed noise assumed in the published numbers (default:
-    study.json's ``published.sd``, else :data:`searchmaps.stability.PUBLISHED_SD`). A study
+    study.json's ``published.sd``, else :data:`searchmaps.stats.PUBLISHED_SD`). A study
     that fitted learning rates also gets ``tuning.csv``, and one with ``supernet.csv`` and
     stand-alone rows of two of its maps or more ``supernet_validation.csv``. ``rule`` is the
-    top-group rule (default: study.json's, else :data:`searchmaps.topgroup.DEFAULT_RULE`);
+    top-group rule (default: study.json's, else :data:`searchmaps.stats.topgroup.DEFAULT_RULE`);
     ``target_effect`` adds how many seeds that rule needs to rule out a map that much worse
     than the best (:attr:`Report.planning`). Raises :class:`ReportError` (one line) on
     unusable input or settings."""
@@ -91,9 +91,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     study_dir = Path(study_dir)
     records = load_runs(study_dir)
     info = load_info(study_dir)
-    rule = rule or info.get("top_group_rule") or topgroup.DEFAULT_RULE
-    if rule not in topgroup.RULES:
-        raise ReportError(f"--top-group must be one of {', '.join(topgroup.RULES)}, got {rule!r}")
+    rule = rule or info.get("top_group_rule") or stats.DEFAULT_RULE
+    if rule not in stats.RULES:
+        raise ReportError(f"--top-group must be one of {', '.join(stats.RULES)}, got {rule!r}")
     runs = last_horizon(records_frame(records))
     ok = successful(runs)
     if ok.empty:
@@ -103,8 +103,8 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
                           f"fix the cause and run the search again")
     cands = candidates(records)
     ref = resolve_reference(reference, ok, cands)
-    res = topgroup.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction,
-                           rule=rule)
+    res = stats.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction,
+                        rule=rule)
     second_name = "signflip" if method == "ttest" else "ttest"
     several = ok["candidate"].nunique() > 1
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
@@ -113,12 +113,12 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     except ConfigError as exc:
         raise ReportError(str(exc)) from None
     summary = build_summary(runs, ok, res, second, second_name, objectives)
-    detail = res["rule_detail"]
+    detail = res.rule_detail
     summary["rule_gap"] = summary["candidate"].map(detail.gap)
     summary["rule_allowance"] = summary["candidate"].map(detail.allowance)
     axes = separable(objectives)
     if axes is not None:  # a front of a tested quality against a cost: the seeds decide its steps
-        summary["pareto_separated"] = separated_front(summary, res["pairwise"] if several else None, alpha,
+        summary["pareto_separated"] = separated_front(summary, res.pairwise if several else None, alpha,
                                                       axes[1].column)
     frame = records_frame(records)
     tuned = tuning.tuning_table(frame)
@@ -127,7 +127,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
 
     pairs = resolve_planned(planned if planned is not None else info.get("planned"), ok, cands)
     planned_df = planned_section.comparisons(ok, pairs, res, second_name) if pairs else None
-    families = [(f"over all {res['family_size']} pairs", res["resolution"])]
+    families = [(f"over all {res.family_size} pairs", res.resolution)]
     if planned_df is not None:
         families.append((f"over the {len(planned_df)} planned comparisons",
                          stats.resolution(method, int(planned_df["n_pairs"].max()), alpha, len(planned_df))))
@@ -140,10 +140,10 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     sections = [main]
     if planned_df is not None:
         sections.append(planned_section.section(planned_df, res, second_name))
-    ladder = horizons.analyse(frame, info, target if target is not None else info.get("target"), alpha, rule=rule,
-                              reference=res["reference"], published_sd=published_sd)
+    ladder = horizons.horizon_analysis(frame, info, target if target is not None else info.get("target"), alpha,
+                                       rule=rule, reference=res.reference, published_sd=published_sd)
     if ladder is not None:
-        sections.append(horizons.section(ladder, set(res["top_group"]) | {res["reference"]}))
+        sections.append(horizons.section(ladder, set(res.top_group) | {res.reference}))
     if tuned is not None:
         sections.append(tuning.section(tuned, frame))
     scores = supernet.load(study_dir)
@@ -194,9 +194,9 @@ def _planning(ok: pd.DataFrame, rule: str, alpha: float, target_effect: str) -> 
     best with 80 % power, at the study's own residual noise."""
     mat = stats.to_matrix(ok, METRIC)
     effect = parse_effect(target_effect, float(mat.mean().min()))
-    most = topgroup.get_rule(rule).max_seeds
-    n = topgroup.seeds_needed(mat, effect, rule, alpha, max_seeds=most)
-    now = topgroup.detectable_effect(mat, rule, alpha)
+    most = stats.get_rule(rule).max_seeds
+    n = stats.seeds_needed(mat, effect, rule, alpha, max_seeds=most)
+    now = stats.detectable_effect(mat, rule, alpha)
     if n is None:
         text = (f"To rule out a map {effect:.3g} nats worse than the best ({target_effect}) with 80 % power, "
                 f"the {rule} rule would need more than {most} seeds at this noise.")

@@ -1,8 +1,8 @@
 import math, warnings
 import numpy as np
 from scipy import special
-from searchmaps.topgroup import *
-from searchmaps.topgroup import fit_f_dist, srange_critical
+from searchmaps.stats.topgroup import *
+from searchmaps.stats.topgroup import fit_f_dist, srange_critical
 def pair_tests_v(x, alpha=0.05, moderate=True, welch=None, welch_max_n=10**9, sidak=None):
     """Every candidate against the best on their own paired differences, for a batch of
     studies ``x`` of shape (studies, seeds, candidates), NaN where a run is missing.

@@ -7,7 +7,7 @@ race adds one seed to every surviving candidate per round and calls
 over all pairs of the candidates still racing (see :mod:`searchmaps.stats`), with a
 family-wise correction: a wrong drop loses a map that could be the best.
 
-Default rule: the top group's own, :data:`searchmaps.topgroup.DEFAULT_RULE` (``moderated``:
+Default rule: the top group's own, :data:`searchmaps.stats.topgroup.DEFAULT_RULE` (``moderated``:
 each map against the best on their shared seeds, the pair's noise moderated towards the
 others'), which resolves differences close to what pooling the noise over every map does
 (``hsd``) and stays calibrated when the maps' seed noise differs, so clearly worse maps
@@ -25,7 +25,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import topgroup
-from .stats import all_pairs, best_candidate, order_by_mean, oriented, require_family_wise, to_matrix
+from .paired import all_pairs, best_candidate, order_by_mean, oriented, require_family_wise, to_matrix
 
 
 def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "ttest",
@@ -47,7 +47,7 @@ def race_step(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, me
     0.02 in the case above); None means a single look at ``alpha``.
 
     That is the ``holm`` rule's race (a rule that decides by the study's own test). With
-    any other ``rule`` (:data:`searchmaps.topgroup.RULES`; default ``moderated``) a
+    any other ``rule`` (:data:`searchmaps.stats.topgroup.RULES`; default ``moderated``) a
     candidate is dropped when the rule (at ``alpha / looks``, once every racer has at least
     ``min_seeds`` seeds) leaves it out of the top group; ``moderated`` compares each pair
     over the seeds it shares, the pooled rules over the seeds every racer has.

@@ -18,7 +18,7 @@ seeds). :func:`resolution` says whether a test can reject at all.
 Multiple comparisons. "Candidate vs the best" compares against a candidate chosen
 by looking at the same data, so correcting only over the comparisons that were
 reported is anti-conservative (with 8 equal candidates that family-wise error is
-about 0.1 at alpha 0.05; see ``tests/test_stats.py``). Every comparison is
+about 0.1 at alpha 0.05; see ``tests/test_stats_paired.py``). Every comparison is
 therefore corrected as a member of the family of ALL K(K-1)/2 candidate pairs:
 whichever candidate turns out best, its comparisons are in that family, so the
 family-wise error (Holm) of any reported subset is at most alpha.
@@ -28,8 +28,8 @@ significantly worse", so one false rejection drops a map that is as good as the 
 Benjamini-Hochberg bounds only the expected share of false rejections among all
 rejections, and the many true differences of a study buy it room for false ones: with
 5 equally good maps and 6 maps 5 noise-sd worse (5 seeds, 2000 simulated studies) it
-dropped a good map from the top group in 16 % of studies, Holm in 1 %. :func:`top_group`,
-:func:`analyze` and :mod:`searchmaps.racing` therefore accept only the corrections in
+dropped a good map from the top group in 16 % of studies, Holm in 1 %. :func:`top_group_of_pairs`'s
+callers (:func:`searchmaps.stats.analyze`, :mod:`searchmaps.stats.racing`) therefore accept only the corrections in
 :data:`FAMILY_WISE`; :func:`compare`, :func:`pairwise_pvalues` and
 :func:`planned_comparisons` take any ``multipletests`` method.
 """
@@ -42,7 +42,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from scipy import optimize, stats
+from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 METHODS = ("ttest", "signflip", "wilcoxon")
@@ -315,7 +315,7 @@ _COMPARE_COLS = ["candidate", "against", "kind", "n_pairs", "mean_diff", "diff_c
                  "p_value", "p_adjusted", "significant"]
 
 
-def _compare(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> pd.DataFrame:
+def comparison_table(mat: pd.DataFrame, pairs: dict, ref: str | None, alpha: float) -> pd.DataFrame:
     rows, seen = [], set()
     for kind, against in (("vs_best", best_candidate(mat)), ("vs_reference", ref)):
         if against is None:
@@ -345,7 +345,7 @@ def top_group_of_pairs(mat: pd.DataFrame, pairs: dict, alpha: float) -> list[str
     return keep
 
 
-def _pairwise(mat: pd.DataFrame, pairs: dict) -> pd.DataFrame:
+def pvalue_matrix(mat: pd.DataFrame, pairs: dict) -> pd.DataFrame:
     out = pd.DataFrame(np.nan, index=mat.columns, columns=mat.columns)
     for key, r in pairs.items():
         if key != "family_size":
@@ -353,7 +353,7 @@ def _pairwise(mat: pd.DataFrame, pairs: dict) -> pd.DataFrame:
     return out
 
 
-def _reference(df: pd.DataFrame, mat: pd.DataFrame, reference: str | None) -> str | None:
+def check_reference(df: pd.DataFrame, mat: pd.DataFrame, reference: str | None) -> str | None:
     ref = reference if reference is not None else reference_candidate(df)
     if ref is not None and ref not in mat.columns:
         raise ValueError(f"reference {ref!r} is not among the candidates")
@@ -377,7 +377,7 @@ def compare(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = N
     """
     mat = to_matrix(df, metric)
     pairs = all_pairs(mat, method, correction, confidence, random_state)
-    return _compare(mat, pairs, _reference(df, mat, reference), alpha)
+    return comparison_table(mat, pairs, check_reference(df, mat, reference), alpha)
 
 
 def pairwise_pvalues(df: pd.DataFrame, metric: str = "val_ppl", method: str = "ttest",
@@ -385,17 +385,7 @@ def pairwise_pvalues(df: pd.DataFrame, metric: str = "val_ppl", method: str = "t
     """Square ``candidates x candidates`` matrix of corrected pairwise p-values
     (the same numbers :func:`compare` reports), NaN on the diagonal."""
     mat = to_matrix(df, metric)
-    return _pairwise(mat, all_pairs(mat, method, correction, 0.95, random_state))
-
-
-def top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, method: str = "ttest",
-              correction: str = "holm", random_state=0) -> list[str]:
-    """The best candidate plus every candidate NOT significantly worse than it
-    (corrected over all pairs), ordered by mean: the answer to "which map wins".
-    ``correction`` must be family-wise (:data:`FAMILY_WISE`; why: module docstring)."""
-    require_family_wise(correction)
-    mat = to_matrix(df, metric)
-    return top_group_of_pairs(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)
+    return pvalue_matrix(mat, all_pairs(mat, method, correction, 0.95, random_state))
 
 
 def friedman(df: pd.DataFrame, metric: str = "val_ppl") -> dict | None:
@@ -410,103 +400,6 @@ def friedman(df: pd.DataFrame, metric: str = "val_ppl") -> dict | None:
     p = float(res.pvalue) if np.isfinite(res.pvalue) else 1.0
     return {"statistic": float(res.statistic), "p_value": p,
             "n_seeds": int(mat.shape[0]), "n_candidates": int(mat.shape[1])}
-
-
-# --------------------------------------------------------------------------- power
-
-
-def min_detectable_effect(sd_diff: float, n_seeds: int, alpha: float = 0.05, power: float = 0.8,
-                          n_comparisons: int = 1) -> float:
-    """Smallest true mean difference (metric units) that a two-sided paired t-test
-    over ``n_seeds`` seeds detects with probability ``power`` at level
-    ``alpha / n_comparisons``, given the sd of paired differences ``sd_diff``.
-    Solved on the noncentral t (``scipy.stats.nct``); NaN for n_seeds < 2."""
-    n = int(n_seeds)
-    if n < 2 or not sd_diff > 0:
-        return float("nan")
-    df, a = n - 1, alpha / n_comparisons
-    crit = stats.t.ppf(1 - a / 2, df)
-
-    def gap(dz: float) -> float:  # power at effect dz (in sd_diff units) minus target
-        nc = dz * math.sqrt(n)
-        lower = np.nan_to_num(stats.nct.cdf(-crit, df, nc))  # the wrong-sign tail, ~0
-        return stats.nct.sf(crit, df, nc) + lower - power
-
-    hi = 1.0
-    while gap(hi) < 0:
-        hi *= 2
-    return float(optimize.brentq(gap, 0.0, hi) * sd_diff)
-
-
-def detectable_difference(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.05, power: float = 0.8,
-                          n_comparisons: int | None = None, seeds=None) -> dict:
-    """How small a difference the current seeds can resolve with the paired t-test.
-
-    ``sd_diff`` is the sd of paired differences pooled over the comparisons vs
-    the best; ``n_seeds`` the median number of seeds shared with the best;
-    ``n_comparisons`` defaults to all K(K-1)/2 pairs (the family :func:`compare`
-    corrects over). Returns those, ``alpha``, ``power``, ``mde`` (metric units) at the
-    current seeds and ``by_seeds`` (DataFrame n_seeds -> mde over ``seeds``, default
-    3..2n+4). The exact tests' floor is :func:`resolution`'s business.
-    """
-    mat = to_matrix(df, metric)
-    k = mat.shape[1]
-    m = n_comparisons if n_comparisons is not None else max(1, k * (k - 1) // 2)
-    best = best_candidate(mat)
-    ss, dof, ns = 0.0, 0, []
-    for c in mat.columns:
-        if c == best:
-            continue
-        d = (mat[c] - mat[best]).dropna().to_numpy()
-        ns.append(len(d))
-        if len(d) > 1:
-            ss, dof = ss + ((d - d.mean()) ** 2).sum(), dof + len(d) - 1
-    sd = math.sqrt(ss / dof) if dof else float("nan")
-    n = int(np.median(ns)) if ns else 0
-    grid = list(seeds) if seeds is not None else list(range(3, 2 * max(n, 3) + 5))
-    by = pd.DataFrame({"n_seeds": grid,
-                       "mde": [min_detectable_effect(sd, s, alpha, power, m) for s in grid]})
-    return {"sd_diff": sd, "n_seeds": n, "n_comparisons": m, "alpha": alpha, "power": power,
-            "mde": min_detectable_effect(sd, n, alpha, power, m), "by_seeds": by}
-
-
-# --------------------------------------------------------------------------- bundle
-
-
-def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, alpha: float = 0.05,
-            method: str = "ttest", correction: str = "holm", random_state=0, simultaneous: dict | None = None) -> dict:
-    """Everything the report shows, in one call: ``summary``, ``comparisons``,
-    ``friedman``, ``best``, ``reference``, ``top_group``, ``pairwise`` and
-    ``mde`` (see the functions of the same names; ``mde`` is
-    :func:`detectable_difference`), ``resolution`` (:func:`resolution` of ``method``
-    over the all-pairs family, at the most seeds any tested pair shares), plus the
-    settings used and ``family_size``. ``correction`` must be family-wise. ``simultaneous``
-    (``{(a, b): p}``, a top-group rule's own p for every pair:
-    :func:`searchmaps.topgroup.simultaneous_pvalues`) replaces the corrected p-values, so
-    that the ranking, the matrix and the top group are one family; ``family`` says which."""
-    require_family_wise(correction)
-    mat = to_matrix(df, metric)
-    ref = _reference(df, mat, reference)
-    pairs = all_pairs(mat, method, correction, 0.95, random_state)
-    if simultaneous is not None:
-        for key, p in simultaneous.items():
-            if key in pairs and pairs[key]["n_pairs"] >= 2:
-                pairs[key]["p_adjusted"] = float(p)
-    shared = [int(r["n_pairs"]) for k, r in pairs.items() if k != "family_size" and r["n_pairs"] >= 2]
-    return {
-        "metric": metric, "alpha": alpha, "method": method, "correction": correction,
-        "family": "rule" if simultaneous is not None else "tests",
-        "family_size": pairs["family_size"],
-        "summary": summarize(df, metric),
-        "comparisons": _compare(mat, pairs, ref, alpha),
-        "friedman": friedman(df, metric),
-        "best": best_candidate(mat),
-        "reference": ref,
-        "top_group": top_group_of_pairs(mat, pairs, alpha),
-        "pairwise": _pairwise(mat, pairs),
-        "mde": detectable_difference(df, metric, alpha),
-        "resolution": resolution(method, max(shared, default=0), alpha, pairs["family_size"]),
-    }
 
 
 def planned_comparisons(df: pd.DataFrame, pairs, metric: str = "val_ppl", method: str = "ttest",

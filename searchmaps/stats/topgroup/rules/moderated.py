@@ -43,7 +43,7 @@ def moderated_pairs(x: np.ndarray, moderate: bool = True, t3_seeds: int = FEW_SE
     ``diff`` (studies, k, k): the mean paired difference x_i - x_j; ``n``: the seeds the
     pair shares; ``raw``: the variance of its differences on n - 1 degrees of freedom (NaN
     under 2 seeds). ``moderate`` shrinks each pair's variance towards a prior (empirical
-    Bayes, as limma does for genes): :func:`~searchmaps.topgroup.critical.fit_f_dist` over
+    Bayes, as limma does for genes): :func:`~searchmaps.stats.topgroup.critical.fit_f_dist` over
     all k(k-1)/2 pairs' variances gives s0^2 and its dof d0, d0 capped at the two-way
     layout's residual dof; the target is the larger of s0^2 and tau_ij = s_i^2 + s_j^2
     (per-map variances solved from every pair), and ``var`` is
@@ -200,7 +200,7 @@ class Moderated(Rule):
         (:func:`moderated_pairs`), and P(Q > |t| sqrt 2) for Tukey's studentized range Q of
         k means at the pair's degrees of freedom; for a pair judged by T3 (``few``) the larger
         of that and Šidák's p over its ``family`` of comparisons at the same dof (up to the
-        0.3 % of :func:`~searchmaps.topgroup.critical.srange_critical`'s table, the p decides
+        0.3 % of :func:`~searchmaps.stats.topgroup.critical.srange_critical`'s table, the p decides
         as the allowance does)."""
         names = [str(c) for c in mat.columns]
         k = len(names)

@@ -1,5 +1,5 @@
 """The top-group rules, one module each; importing this folder registers every rule in
-it (:func:`searchmaps.topgroup.rule.register`), the default first, the others by name."""
+it (:func:`searchmaps.stats.topgroup.rule.register`), the default first, the others by name."""
 
 import importlib
 import pkgutil

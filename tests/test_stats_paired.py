@@ -1,4 +1,4 @@
-"""Tests of searchmaps.stats: hand-checkable numbers first, then calibration and
+"""Tests of searchmaps.stats.paired (and the pairwise half of the analysis): hand-checkable numbers first, then calibration and
 power on simulated studies (8 candidates; a run scores true mean + a per-seed
 offset shared by every candidate (sd 2) + independent noise (sd 1), so effects
 below are in units of the independent noise sd)."""
@@ -9,13 +9,13 @@ import itertools
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import long_rows, se
+from helpers import holm_top_group, long_rows, se
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 from statsmodels.stats.power import TTestPower
 
-from searchmaps import racing
 from searchmaps import stats as S
+from searchmaps.stats import racing
 
 NAMES8 = ["1,1,1,1|rope", "2,1,1,1|rope", "2,2,1,1|rope", "3,1,1,1|rope",
           "4,1,1,1|rope", "4,2,1,1|rope", "block:2|rope", "8,1,1,1|rope"]
@@ -87,12 +87,12 @@ def test_signflip_all_positive_n5_is_2_over_32():
 
 
 def test_the_default_test_is_the_paired_t_test_everywhere():
-    for f in (S.paired_test, S.compare, S.top_group, S.analyze, S.pairwise_pvalues, S.planned_comparisons,
+    for f in (S.paired_test, S.compare, holm_top_group, S.pairwise_analysis, S.pairwise_pvalues, S.planned_comparisons,
               racing.race_step):
         assert inspect.signature(f).parameters["method"].default == "ttest", f.__name__
     t = stats.ttest_rel([1, 2, 3, 4, 5], [0] * 5).pvalue  # 0.0132; the sign-flip floor is 0.0625
     assert S.paired_test([1, 2, 3, 4, 5], [0] * 5)["p_value"] == pytest.approx(t)
-    assert S.analyze(OBVIOUS)["method"] == "ttest"
+    assert S.pairwise_analysis(OBVIOUS)["method"] == "ttest"
     c = S.compare(OBVIOUS)
     row = c[(c.candidate == "1,1,1,1|rope") & (c.against == "4,2,1,1|rope")].iloc[0]
     mat = S.to_matrix(OBVIOUS)
@@ -168,8 +168,8 @@ def test_the_exact_tests_floor_and_whether_they_can_reject():
     assert S.resolution("signflip", 6, 0.05, 1)["can_reject"]  # 2/64 = 0.031
     assert S.resolution("ttest", 3, 0.05, 55)["can_reject"]
     # analyze reports it for its own family: 3 pairs over 8 seeds, 2/256 <= 0.05/3
-    assert S.analyze(OBVIOUS, method="signflip")["resolution"]["can_reject"]
-    assert not S.analyze(OBVIOUS[OBVIOUS.seed < 6], method="wilcoxon")["resolution"]["can_reject"]
+    assert S.pairwise_analysis(OBVIOUS, method="signflip")["resolution"]["can_reject"]
+    assert not S.pairwise_analysis(OBVIOUS[OBVIOUS.seed < 6], method="wilcoxon")["resolution"]["can_reject"]
 
 
 def test_holm_known_values_and_agreement_with_statsmodels():
@@ -208,12 +208,12 @@ def test_compare_obvious_case_by_hand():
 
 
 def test_top_group_obvious_case_and_the_signflip_floor():
-    assert S.top_group(OBVIOUS, method="signflip") == ["4,2,1,1|rope"]
+    assert holm_top_group(OBVIOUS, method="signflip") == ["4,2,1,1|rope"]
     six = OBVIOUS[OBVIOUS.seed < 6]
     # 6 seeds: best sign-flip p is 2/64, Holm over 3 pairs gives 3 * 2/64 = 0.094 > 0.05,
     # so the exact test cannot separate anything; the t-test (the default) can.
-    assert S.top_group(six, method="signflip") == ["4,2,1,1|rope", "1,1,1,1|rope", "2,2,1,1|rope"]
-    assert S.top_group(six) == ["4,2,1,1|rope"]
+    assert holm_top_group(six, method="signflip") == ["4,2,1,1|rope", "1,1,1,1|rope", "2,2,1,1|rope"]
+    assert holm_top_group(six) == ["4,2,1,1|rope"]
 
 
 def five_good_six_worse(rng, n_seeds=5, delta=5.0):
@@ -231,7 +231,7 @@ def test_the_top_group_needs_family_wise_control():
     for _ in range(300):
         df = five_good_six_worse(rng)
         good = {f"good{i}" for i in range(5)}
-        lost_holm.append(not good <= set(S.top_group(df)))
+        lost_holm.append(not good <= set(holm_top_group(df)))
         mat = S.to_matrix(df)
         pairs = S.all_pairs(mat, correction="fdr_bh")
         best = S.best_candidate(mat)
@@ -239,11 +239,11 @@ def test_the_top_group_needs_family_wise_control():
         lost_bh.append(bool(good & dropped))
     assert np.mean(lost_holm) <= 0.05  # a good map stays in the top group in >= 95 % of studies
     assert np.mean(lost_bh) >= 0.10
-    for call in (lambda: S.top_group(df, correction="fdr_bh"), lambda: S.analyze(df, correction="fdr_bh"),
-                 lambda: S.top_group(df, correction=None)):
+    for call in (lambda: holm_top_group(df, correction="fdr_bh"), lambda: S.pairwise_analysis(df, correction="fdr_bh"),
+                 lambda: holm_top_group(df, correction=None)):
         with pytest.raises(ValueError, match="family-wise"):
             call()
-    assert S.top_group(df, correction="bonferroni")[0] == S.best_candidate(mat)
+    assert holm_top_group(df, correction="bonferroni")[0] == S.best_candidate(mat)
     # the pairwise matrix alone may be corrected for the false discovery rate
     assert S.pairwise_pvalues(df, correction="fdr_bh").shape == (11, 11)
 
@@ -296,14 +296,14 @@ def test_detectable_difference_on_obvious_case():
 
 
 def test_analyze_bundles_everything():
-    a = S.analyze(OBVIOUS)
+    a = S.pairwise_analysis(OBVIOUS)
     assert {"summary", "comparisons", "friedman", "top_group", "pairwise", "mde", "best", "reference",
             "family_size", "resolution"} <= set(a)
     assert a["best"] == "4,2,1,1|rope" and a["reference"] == "1,1,1,1|rope"
     assert a["top_group"] == ["4,2,1,1|rope"] and a["family_size"] == 3
     assert a["friedman"]["statistic"] == pytest.approx(16.0)  # same ranks on all 8 seeds
     with pytest.raises(ValueError, match="reference"):
-        S.analyze(OBVIOUS, reference="9,9,9,9|rope")
+        S.pairwise_analysis(OBVIOUS, reference="9,9,9,9|rope")
 
 
 # --------------------------------------------------------------------------- calibration

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from ...stats import all_pairs, best_candidate, oriented, top_group_of_pairs
+from ...paired import all_pairs, best_candidate, oriented, top_group_of_pairs
 from ..critical import complete_batch
 from ..rule import Rule, TopGroup, register, sentence
 

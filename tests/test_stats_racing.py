@@ -1,4 +1,4 @@
-"""Tests of searchmaps.racing: race_step by hand, then races on simulated
+"""Tests of searchmaps.stats.racing: race_step by hand, then races on simulated
 benchmarks with known truth (a run scores true mean + per-seed offset shared by
 all candidates (sd 2) + independent noise (sd 1); ``helpers.simulate_race``)."""
 
@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from helpers import long_rows, se, simulate_race
 
-from searchmaps.racing import race_step
-from searchmaps.topgroup import RULES
+from searchmaps.stats.racing import race_step
+from searchmaps.stats.topgroup import RULES
 
 # Per seed: "good" = offset, "close" = offset + 0.1 +- 0.3, "bad" = offset + 10 +- 0.01.
 OFFSET = np.array([10.0, 40, 20, 30, 50])
@@ -137,7 +137,7 @@ def test_testing_every_look_at_full_alpha_would_drop_wrongly():
 
 
 def test_racing_uses_the_default_top_group_rule():
-    from searchmaps.topgroup import DEFAULT_RULE, top_group
+    from searchmaps.stats.topgroup import DEFAULT_RULE, top_group
 
     step = race_step(long_rows(CLEAR[:3], NAMES))
     assert DEFAULT_RULE in step["dropped"]["bad"]

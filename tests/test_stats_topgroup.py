@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from searchmaps.topgroup import (DEFAULT_RULE, RULES, Rule, TopGroup, detectable_effect, dunnett_critical, fit_f_dist,
+from searchmaps.stats.topgroup import (DEFAULT_RULE, RULES, Rule, TopGroup, detectable_effect, dunnett_critical, fit_f_dist,
                                  noise_check, register, residual_sd, rule_detail, seeds_needed, sidak_t_critical,
                                  srange_critical, studentized_range_critical, top_group, top_groups, unregister)
 
@@ -168,7 +168,7 @@ def fwer(keep, tied):
 
 
 def test_sidak_t_against_simulation_and_its_p_value():
-    from searchmaps.topgroup.critical import sidak_t_sf
+    from searchmaps.stats.topgroup.critical import sidak_t_sf
 
     assert float(sidak_t_critical(1, 1e9)) == pytest.approx(1.95996, abs=1e-4)  # one comparison: the normal's
     rng = np.random.default_rng(5)
@@ -272,7 +272,7 @@ def test_the_rules_pairwise_p_values_decide_exactly_its_top_group(rule):
     """One voice: a map is out of the rule's top group exactly when its simultaneous p
     against the best is at most alpha, on balanced and raced (unbalanced) matrices, with
     equal and unequal noise."""
-    from searchmaps.topgroup import rule_detail, simultaneous_pvalues
+    from searchmaps.stats.topgroup import rule_detail, simultaneous_pvalues
 
     rng = np.random.default_rng(7)
     checked = out = 0
@@ -295,7 +295,7 @@ def test_the_rules_pairwise_p_values_decide_exactly_its_top_group(rule):
 
 
 def test_holm_mcb_and_friedman_have_no_simultaneous_family():
-    from searchmaps.topgroup import simultaneous_pvalues
+    from searchmaps.stats.topgroup import simultaneous_pvalues
 
     mat = pd.DataFrame(np.random.default_rng(0).normal(size=(5, 4)), columns=list("abcd"))
     assert all(simultaneous_pvalues(mat, r) is None for r in ("holm", "mcb", "friedman"))
@@ -404,7 +404,7 @@ def test_with_three_or_four_seeds_and_1_to_4_noise_the_default_rule_holds_alpha_
     at <= 4 shared seeds) stays within alpha + 2.5 Monte Carlo SE; the same rule with
     Tukey's value alone (``t3_seeds=0``, the rule until then) does not (measured 0.066,
     0.073 and 0.059 on the grid)."""
-    from searchmaps.topgroup import pair_tests
+    from searchmaps.stats.topgroup import pair_tests
 
     x = studies(np.random.default_rng([k, n, 19]), count, n, k, np.where(np.arange(k) < math.ceil(k / 3), 4.0, 1.0))
     bound = 0.05 + 2.5 * math.sqrt(0.05 * 0.95 / count)
@@ -417,7 +417,7 @@ def test_with_three_or_four_seeds_and_1_to_4_noise_the_default_rule_holds_alpha_
 def test_from_five_shared_seeds_the_default_rule_decides_as_before_t3(sds):
     """T3 touches only pairs sharing at most 4 seeds: with 5 and 10 seeds, and in a raced
     matrix for the pairs that share more, allowances and decisions are Tukey's (``t3_seeds=0``)."""
-    from searchmaps.topgroup import pair_tests
+    from searchmaps.stats.topgroup import pair_tests
 
     rng = np.random.default_rng(23)
     for n in (5, 10):

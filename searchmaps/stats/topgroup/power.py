@@ -1,5 +1,5 @@
 """What a rule can resolve at a study's noise: the smallest gap it rules out with 80 % power
-(:func:`detectable_effect`, from :meth:`~searchmaps.topgroup.rule.Rule.mde_in_sd`) and how
+(:func:`detectable_effect`, from :meth:`~searchmaps.stats.topgroup.rule.Rule.mde_in_sd`) and how
 many seeds a given gap needs (:func:`seeds_needed`)."""
 
 from __future__ import annotations

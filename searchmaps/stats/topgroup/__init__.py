@@ -8,7 +8,7 @@ some tied with the best and the rest worse), at most alpha. ``benchmarks/calibra
 measures every rule against it.
 
 The rules (:data:`RULES`, name -> :class:`Rule`; one module each in
-:mod:`searchmaps.topgroup.rules`, where a new one is one new file):
+:mod:`searchmaps.stats.topgroup.rules`, where a new one is one new file):
 
 - ``moderated`` (default, :data:`DEFAULT_RULE`): every candidate against the best on
   their own paired differences, over the seeds the two share (so a raced study's extra
@@ -32,7 +32,8 @@ The rules (:data:`RULES`, name -> :class:`Rule`; one module each in
 :func:`top_groups` the same decisions for a batch of simulated studies.
 :func:`detectable_effect` gives a rule's minimum detectable gap (80 % power) by simulation
 and :func:`seeds_needed` how many seeds a rule needs for a given gap, both from the
-study's own residual noise; :func:`analyze` the whole bundle a report reads.
+study's own residual noise; :func:`noise_check` whether the maps' seed noise differs enough to
+matter. The whole bundle a report reads is :func:`searchmaps.stats.analyze`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import rules  # noqa: F401  (registers every rule)
-from .analysis import NOISE_SPREAD, POOLED_RULE, analyze, noise_check, spread_by_chance, variance_spread
+from .noise import NOISE_SPREAD, POOLED_RULE, noise_check, spread_by_chance, variance_spread
 from .critical import (complete_block, dunnett_critical, fit_f_dist, residual_sd, sidak_t_critical,
                        srange_critical, studentized_range_critical)
 from .power import detectable_effect, seeds_needed
@@ -59,7 +60,7 @@ def simultaneous_pvalues(mat: pd.DataFrame, rule: str = DEFAULT_RULE) -> dict | 
     return get_rule(rule).simultaneous_pvalues(mat)
 
 
-__all__ = ["DEFAULT_RULE", "NOISE_SPREAD", "POOLED_RULE", "RULES", "Rule", "TopGroup", "analyze", "check_rule",
+__all__ = ["DEFAULT_RULE", "NOISE_SPREAD", "POOLED_RULE", "RULES", "Rule", "TopGroup", "check_rule",
            "complete_block", "detectable_effect", "dunnett_critical", "fit_f_dist", "get_rule", "mde_in_sd",
            "moderated_pairs", "nemenyi_cd", "noise_check", "pair_tests", "register", "residual_sd", "rule_detail",
            "seeds_needed", "sidak_t_critical", "simultaneous_pvalues", "spread_by_chance", "srange_critical",

@@ -1,7 +1,7 @@
 """The contract every top-group rule keeps, the one result shape every caller reads, and the
 registry that maps a rule's name (``--top-group``) to the rule.
 
-A rule is a :class:`Rule` subclass in its own module under :mod:`searchmaps.topgroup.rules`
+A rule is a :class:`Rule` subclass in its own module under :mod:`searchmaps.stats.topgroup.rules`
 that calls :func:`register` on an instance; the registry is filled by importing that
 folder, so a new rule is one new file there, and racing, promotion, the CLI choices and
 the report find it through :data:`RULES`."""
@@ -62,7 +62,7 @@ class Rule:
     ``per_pair``: see :class:`TopGroup`. ``pools_noise``: assumes every map equally noisy.
     ``study_test``: decides by the study's own paired test and correction over every pair
     (racing and the report then use that family). ``max_seeds``: how far
-    :func:`~searchmaps.topgroup.power.seeds_needed` searches by default. ``few_seeds``:
+    :func:`~searchmaps.stats.topgroup.power.seeds_needed` searches by default. ``few_seeds``:
     ``(n, text)`` where the calibration benchmark measured the rule erring beyond alpha
     with at most n shared seeds when noise differs by map; the report then says ``text``
     (``moderated`` had one at 3 seeds, "up to 7 %", until it judged pairs sharing at most 4

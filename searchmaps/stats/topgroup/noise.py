@@ -1,44 +1,17 @@
-"""A study's top-group analysis in one bundle (:func:`analyze`), and whether its maps' seed
-noise differs enough that a rule which pools it would conclude otherwise
-(:func:`noise_check`)."""
+"""Whether a study's maps' seed noise differs enough that a rule which pools it would
+conclude otherwise (:func:`noise_check`, :func:`variance_spread`)."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import numpy as np
 import pandas as pd
 
-from ..stats import analyze as pairwise_analysis
-from ..stats import to_matrix
 from .critical import complete_block
-from .power import detectable_effect
 from .rule import DEFAULT_RULE, get_rule, top_group
 
 POOLED_RULE = "hsd"  # what a rule that assumes equally noisy maps concludes, beside the study's
-
-
-def analyze(df: pd.DataFrame, metric: str = "val_ppl", reference: str | None = None, alpha: float = 0.05,
-            method: str = "ttest", correction: str = "holm", rule: str = DEFAULT_RULE, random_state=0) -> dict:
-    """:func:`searchmaps.stats.analyze` (pairwise tests, corrections, summary) with the top
-    group chosen by ``rule``. Adds ``rule``, ``rule_detail`` (the rule's
-    :class:`~searchmaps.topgroup.rule.TopGroup`; for a rule that decides by the study's own
-    test, its members are that family's), ``detectable`` (:func:`detectable_effect` of the
-    rule at the study's seeds) and ``spread`` (:func:`variance_spread`)."""
-    r = get_rule(rule)
-    mat = to_matrix(df, metric)
-    family = r.simultaneous_pvalues(mat)
-    res = pairwise_analysis(df, metric, reference, alpha, method, correction, random_state, simultaneous=family)
-    res["rule"] = rule
-    detail = r.top_group(mat, alpha)
-    if r.study_test:  # the all-pairs family of the study's own test (the rule's own is the t-test's)
-        detail = dataclasses.replace(detail, members=tuple(res["top_group"]))
-    res["rule_detail"] = detail
-    res["top_group"] = list(detail.members)
-    res["detectable"] = detectable_effect(mat, rule, alpha)
-    res["spread"] = variance_spread(mat)
-    return res
 
 
 def variance_spread(mat: pd.DataFrame) -> float:
