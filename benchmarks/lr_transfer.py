@@ -26,7 +26,7 @@ RESIDUALS = ("prenorm", "deeploop", "depth-mup")
 
 
 def one(job):
-    from searchmaps.cli import resolve_compile, resolve_precision
+    from searchmaps.device import resolve_compile, resolve_precision
     from searchmaps.config import TrialSpec
     from searchmaps.spaces import load_space
     from searchmaps.train import train

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps.cli import build_plan, build_search_parser  # noqa: E402
+from searchmaps.cli.run import build_parser as build_search_parser, build_plan  # noqa: E402
 from searchmaps.results import RunsFile, read_runs  # noqa: E402
 
 LADDER = "1.6e6,3.2e6,6.4e6,12.8e6,25.6e6"

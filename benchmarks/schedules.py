@@ -28,7 +28,7 @@ MAPS = ("1,1,1,1", "4,2,1,1")
 
 
 def one(job):
-    from searchmaps.cli import resolve_compile, resolve_precision
+    from searchmaps.device import resolve_compile, resolve_precision
     from searchmaps.config import TrialSpec
     from searchmaps.spaces import load_space
     from searchmaps.train import train

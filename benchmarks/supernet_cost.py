@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main() -> None:
-    from searchmaps.cli import resolve_compile, resolve_precision
+    from searchmaps.device import resolve_compile, resolve_precision
     from searchmaps.config import TrialSpec
     from searchmaps.data import load_corpus
     from searchmaps.spaces import feasible_maps, load_space

@@ -1,7 +1,11 @@
-"""Which device a training runs on: one rule for the flags (``--device``) and the trainer.
-torch is imported only when a GPU may be asked for, so the report's CLI never loads it."""
+"""Which device a training runs on, and the device policy: one rule for the flags
+(``--device``, ``--precision``, ``--compile``), the trainer and the benchmarks. torch is
+imported only when a GPU may be asked for, so the report's CLI never loads it."""
 
 from __future__ import annotations
+
+import os
+import shutil
 
 from .config import ConfigError
 
@@ -24,3 +28,26 @@ def resolve_device(device: str) -> str:
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device
+
+
+def resolve_precision(precision: str, device: str) -> str:
+    """``auto`` -> bf16 autocast where the hardware has bf16 matmuls, else fp32."""
+    if precision != "auto":
+        return precision
+    import torch  # here, not at the top: the report's CLI never needs torch
+
+    if device.startswith("cuda"):
+        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+    try:
+        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+    except (AttributeError, RuntimeError):
+        return "fp32"
+
+
+def resolve_compile(choice: str, device: str) -> bool:
+    """``auto`` -> compile where inductor can build kernels: CUDA, or a C++ compiler."""
+    if choice != "auto":
+        return choice == "on"
+    if device.startswith("cuda"):
+        return True
+    return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++") if c)

@@ -369,6 +369,39 @@ class SearchPlan:
         return path
 
 
+def default_study_name(plan: SearchPlan, supernet=None) -> str:
+    """The study name when ``--study`` is not given, one rule for searches and supernets:
+    the space, then for a search its PEs, memory-sharing settings, budget and horizon; for a
+    supernet (``supernet``: its :class:`~searchmaps.supernet.method.SupernetMethod`) the
+    method, a fitted rate, a split and the budget."""
+    if supernet is not None:
+        extra = ("-lrfit" if plan.lr_grid else "") + (f"-split-{supernet.split}" if supernet.split != "none" else "")
+        return f"{plan.space.name}-supernet-{supernet.name()}{extra}-b{plan.budget_flops:.3g}"
+    t = plan.space.train
+    horizon = f"tok{t.tokens:.0e}" if t.tokens is not None else f"flops{t.train_flops:.0e}"
+    if plan.ladder:
+        horizon += f"-to{plan.ladder[-1]:.0e}"
+    kv = "-kv-" + "-".join(str(k).replace(":", "") for k in plan.kv_shares) if plan.shares_memory else ""
+    return f"{plan.space.name}-{'-'.join(plan.pes)}{kv}-b{plan.budget_flops:.3g}-{horizon}".replace("+", "")
+
+
+def with_corpus(plan: SearchPlan, data: str, vocab_size: int | None = None, tokenizer: str | None = None,
+                **fields) -> SearchPlan:
+    """The plan with its corpus (``--data``, ``--vocab-size``, ``--tokenizer``) loaded, checked
+    against the protocol (a batch, a context and the validation tokens fit it; the ilr
+    protocol's 4,096-token held-out sequence) and recorded by name, vocabulary and
+    fingerprint; ``fields`` are set with them. DataError or ConfigError naming the flag."""
+    from .data import check_fits, ilr_val_batches, load_corpus  # data imports torch
+
+    space = plan.space
+    corpus = load_corpus(data, vocab_size=vocab_size, tokenizer=tokenizer)
+    check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
+    if space.train.eval_protocol == "ilr":  # the validation split must hold one 4,096-token sequence
+        ilr_val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
+    return dataclasses.replace(plan, **fields, data=corpus.name, vocab_size=corpus.vocab_size,
+                               data_fingerprint=corpus.fingerprint)
+
+
 def check_study_name(name: str, where: str = "--study") -> None:
     """A study's files go to ``<results-dir>/<name>/``: a name that is a path (``../x``,
     ``/tmp/x``, ``a/../../x``) would put them, and replace same-named files, elsewhere.

@@ -1,7 +1,7 @@
 """The house: modules import only downward (the order below, which docs/architecture.md
 follows), nothing imports in a circle, no library module imports a
-command module and no room (a package with its ``__main__``) imports anything that imports
-it back, Ray and Optuna stay in their rooms, and no module reaches into another's private
+command module (the ``cli`` package and the ``python -m`` shims) and no room imports anything
+that imports it back, Ray and Optuna stay in their rooms, and no module reaches into another's private
 names or Optuna's."""
 
 import ast
@@ -11,21 +11,24 @@ PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
 ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
-         "data.stage", "data.batches", "data.command", "data", "data.__main__", "schedule", "spaces", "results", "objectives",
+         "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results", "objectives",
          "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
          "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
          "stats.topgroup.noise", "stats.topgroup", "stats.racing", "stats.analysis", "stats.bootstrap", "stats.ranks",
          "stats.scaling", "stats.gaps", "stats.proxy", "stats",
-         "train", "train.step", "train.exit", "train.records", "train.ladder", "train.packed", "supernet.distill",
+         "train", "train.step", "train.exit", "train.records", "train.ladder", "train.packed", "supernet.method",
+         "supernet.distill",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
          "samplers", "plan",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences",
          "report.figures", "report.summary", "report.page", "report.ranking", "report.planned", "report.horizons",
          "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
-         "cli", "search", "train.__main__", "report.__main__", "run", "supernet.__main__"]
-# the command layer: flags, exit codes and the terminal; a library module never imports one
-COMMANDS = {"cli", "search", "run"}
+         "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
+         "cli.supernet", "train.__main__", "report.__main__", "data.__main__", "run", "supernet.__main__"]
+# the command layer: the cli package (flags, exit codes, one module per command) and the shims
+# that run its commands as python -m searchmaps.<command>; a library module never imports one
+COMMANDS = {"cli", "run"}
 ONLY_HERE = {"ray": {"executor"}, "optuna": {"study"}, "optuna_dashboard": {"study"}}
 
 
@@ -41,11 +44,26 @@ def modules() -> dict[str, Path]:
     return out
 
 
+def script_only(tree: ast.Module) -> set[int]:
+    """The nodes inside ``if __name__ == "__main__":``: what runs only when the file is the
+    script (``python -m searchmaps.data`` reaching its command), never when it is imported."""
+    out = set()
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) \
+                and isinstance(node.test.left, ast.Name) and node.test.left.id == "__name__":
+            out |= {id(n) for stmt in node.body for n in ast.walk(stmt)}
+    return out
+
+
 def imports(name: str, path: Path):
     """(imported searchmaps module, imported names, top-level third-party package) of every
-    import statement, at any depth of the file."""
+    import statement, at any depth of the file, except in its ``__main__`` block."""
     pkg = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    skip = script_only(tree)
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 base = pkg[: len(pkg) - (node.level - 1)] + (node.module.split(".") if node.module else [])
@@ -85,12 +103,13 @@ def test_imports_run_down_only_so_there_is_no_circle():
 
 
 def is_command(name: str) -> bool:
-    return name in COMMANDS or name.endswith("__main__")
+    return name.split(".")[0] in COMMANDS or name.endswith("__main__")
 
 
 def room(name: str) -> str:
-    """The room a module belongs to: its top-level module or package, ``__main__`` included."""
-    return name.split(".")[0]
+    """The room a module belongs to: its top-level module or package; a package's
+    ``__main__`` (a shim nothing imports, running a command of ``cli``) is a room of its own."""
+    return name if name.endswith("__main__") else name.split(".")[0]
 
 
 def test_no_library_module_imports_a_command_module():
@@ -100,8 +119,9 @@ def test_no_library_module_imports_a_command_module():
 
 
 def test_no_room_imports_what_imports_it_back():
-    """A package's ``__main__`` importing a module that imports the package's library is an
-    arrow back up the layout (train.__main__ -> cli -> train once): rooms form no circle."""
+    """A module importing a room that imports its own room back is an arrow back up the
+    layout (train.__main__ held the train command once, and imported cli, which imported
+    train): rooms form no circle."""
     graph = {}
     for name, path in MODULES.items():
         for target, _, _ in imports(name, path):
@@ -149,9 +169,9 @@ def test_every_flag_of_every_command_says_what_it_does():
     """`--help` is the flag reference the docs point at: no entry without its text."""
     import argparse
 
-    from searchmaps.cli import build_search_parser, build_train_parser
+    from searchmaps.cli import run, supernet, train
 
-    for parser in (build_search_parser(), build_train_parser()):
+    for parser in (run.build_parser(), train.build_parser(), supernet.build_parser()):
         bare = [a.option_strings[0] for a in parser._actions
                 if a.option_strings and not a.help and not isinstance(a, argparse._HelpAction)]
         assert not bare, f"{parser.prog}: {bare}"

@@ -14,7 +14,7 @@ import pytest
 import torch
 from helpers import ROOT, run_cli, tiny_spec
 
-from searchmaps.cli import build_search_parser, build_plan
+from searchmaps.cli.run import build_parser as build_search_parser, build_plan
 from searchmaps.config import ConfigError, ModelConfig, TrainConfig, TrialSpec
 from searchmaps.data import Corpus, DataError, ilr_val_batches
 from searchmaps.model import LoopedLM

@@ -367,7 +367,7 @@ def everyone():
 
 def test_a_registered_rule_is_a_choice_of_every_command(everyone, tmp_path, capsys):
     from searchmaps.report.__main__ import main as report
-    from searchmaps.cli import build_search_parser as build_parser
+    from searchmaps.cli.run import build_parser
 
     assert list(RULES)[-1] == "everyone" and len(top_group(separated(0), "everyone")) == 6
     assert build_parser().parse_args(["--budget-flops", "3.7e6", "--top-group", "everyone"]).top_group == "everyone"

@@ -133,7 +133,7 @@ def test_a_check_that_fails_after_the_folder_is_made_takes_it_back_but_never_an_
     first = args_for(sf, tmp_path / "a", "--study", "s", "--storage", url, "--seeds", "2", "--no-report")
     # the study as another machine registered it, with 2 seeds
     from searchmaps.ledger import Ledger, check_storage
-    from searchmaps.cli import build_plan, build_search_parser
+    from searchmaps.cli.run import build_parser as build_search_parser, build_plan
     from searchmaps.study import SearchStudy
 
     plan = build_plan(build_search_parser().parse_args(first))

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import tokenizers  # noqa: F401  (a dependency: a missing one must fail here, not skip)
 
-from searchmaps.data import DataError, load_corpus, main as data_main, parse_tokenizer
+from searchmaps.cli.data import main as data_main
+from searchmaps.data import DataError, load_corpus, parse_tokenizer
 from searchmaps.train import train
 from searchmaps.train.__main__ import main as train_main
 

@@ -1,7 +1,7 @@
-"""``python -m searchmaps.data``."""
+"""``python -m searchmaps.data``: :mod:`searchmaps.cli.data` (also ``searchmaps-data``)."""
 
 import sys
 
-from .command import main
+from ..cli.data import main
 
 sys.exit(main())

@@ -1,4 +1,5 @@
-"""``python -m searchmaps.data prepare|inspect``: the corpus command."""
+"""What a corpus holds, as ``searchmaps-data inspect`` prints it (the command itself is
+:mod:`searchmaps.cli.data`)."""
 
 from __future__ import annotations
 
@@ -49,34 +50,3 @@ def _english_packages():
     from .. import english
 
     return english.PACKAGES
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m searchmaps.data prepare|inspect``."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
-    sub = p.add_subparsers(dest="cmd", required=True)
-    pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
-    pp.add_argument("--data", default="stdlib", help="stdlib, english, english:N, or a path")
-    pp.add_argument("--tokenizer", required=True, help="bpe:N")
-    pp.add_argument("--out", required=True)
-    pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
-    pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english)")
-    args = p.parse_args(argv)
-    try:
-        if args.cmd == "inspect":
-            print(inspect(args.dir))
-            return 0
-        kind, n = parse_tokenizer(args.tokenizer)
-        if kind != "bpe":
-            raise DataError(f"--tokenizer {args.tokenizer}: prepare trains a BPE; use bpe:N")
-        out = Path(args.out).expanduser()
-        if (out / "meta.json").exists():
-            raise DataError(f"--out {args.out}: already holds a prepared corpus")
-        bpe_corpus_dir(args.data, n, out=out)
-        print(inspect(str(out)))
-    except DataError as exc:
-        print(f"{p.prog}: error: {exc}", file=sys.stderr)
-        return 2
-    return 0

@@ -1,74 +1,8 @@
-"""``python -m searchmaps.report results/<study> ...``: rebuild a study's report (other α,
-test, reference or planned comparisons) and attach its Pareto figure to the Optuna study.
-Bad input is one line on stderr and exit code 2."""
-
-from __future__ import annotations
+"""``python -m searchmaps.report``: :mod:`searchmaps.cli.report` (also ``searchmaps-report``)."""
 
 import sys
 
-from ..cli import Parser, fail
-from ..stats import DEFAULT_RULE, FAMILY_WISE, METHODS, RULES
-from . import ReportError, write_report
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="searchmaps.report", description="Write summary.csv and report.html for a study folder.")
-    p.add_argument("study_dir", help="results/<study>, as written by searchmaps.run")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
-    p.add_argument("--test", choices=METHODS, default="ttest",
-                   help="paired test (default ttest; the other of ttest/signflip is shown beside it). The exact "
-                        "signflip and wilcoxon tests cannot reject anything with few seeds: the report says when")
-    p.add_argument("--correction", default="holm", metavar="{" + ",".join(FAMILY_WISE) + "}",
-                   help="over all candidate pairs, and over the planned comparisons (default holm). fdr_bh is "
-                        "refused: the top group needs family-wise control")
-    p.add_argument("--top-group", default=None, choices=RULES,
-                   help=f"the rule that picks the top group (default: the study's, else {DEFAULT_RULE}; "
-                        + "; ".join(f"{name}: {rule.help}" for name, rule in RULES.items()) + ")")
-    p.add_argument("--target-effect", default=None, metavar="E",
-                   help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
-                        "(E in nats of validation loss, the scale of the tests, or 1%% of the best mean loss)")
-    p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
-    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
-                   help="pre-specified comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "
-                        "(default: those given to searchmaps.run --planned)")
-    p.add_argument("--storage", default=None, metavar="URL",
-                   help="the Optuna storage to attach the figure to (default: study.json's; needed where study.json "
-                        "holds the URL without its password)")
-    p.add_argument("--target-tokens", type=float, default=None, metavar="N",
-                   help="a ladder study's horizon to extrapolate the fitted curves to (tokens, or training FLOPs "
-                        "for a FLOP-matched ladder; default: study.json's target, else the published numbers' "
-                        "horizon, else 10x the longest)")
-    p.add_argument("--published-sd", type=float, default=None, metavar="SD",
-                   help="seed sd assumed in a published single-seed ranking, in its unit (perplexity), added to τ's "
-                        "interval against it (default: study.json's published.sd, else 0.25: ILR's 0.2-0.3)")
-    p.add_argument("--no-attach", action="store_true", help="do not attach the figure to the Optuna study")
-    args = p.parse_args(argv)
-    try:
-        report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
-                              reference=args.reference, planned=args.planned, target=args.target_tokens,
-                              rule=args.top_group, target_effect=args.target_effect,
-                              published_sd=args.published_sd)
-    except ReportError as exc:
-        return fail(p.prog, exc)
-    except OSError as exc:  # a full disk, or a file in the way: the machine's, not the study's
-        path = exc.filename2 or exc.filename
-        print(f"{p.prog}: error: the report could not be written in {args.study_dir} ({exc.strerror or exc}"
-              + (f": {path})" if path else ")"), file=sys.stderr)
-        return 1
-    for warning in report.warnings:
-        print(f"{p.prog}: warning: {warning}", file=sys.stderr)
-    if not args.no_attach:
-        from ..study import attach_figure  # Optuna: only here, never in the report itself
-
-        why = attach_figure(report.path.parent, report.info, report.pareto_figure, storage=args.storage)
-        if why:
-            print(f"{p.prog}: warning: the Pareto figure is not in the dashboard ({why}); the report is written "
-                  f"anyway", file=sys.stderr)
-    if report.planning is not None:
-        print(report.planning["sentence"])
-    print(report.path)
-    return 0
-
+from ..cli.report import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -41,8 +41,7 @@ from ..spaces import Space, feasible_maps
 from ..train import autocast, resolve_device, train_ladder, validation_batches
 from .distill import distill_plan, expected_cost, teacher_of
 from .finetune import finetune_scores, finetune_steps
-
-SAMPLINGS = ("uniform", "sandwich", "fair")
+from .method import SAMPLINGS, SupernetMethod
 
 
 @dataclass(frozen=True, eq=False)
@@ -237,33 +236,30 @@ def method_columns(result: SupernetResult, m: ReuseMap, spec: TrialSpec) -> dict
 
 
 def _one_seed(job):
-    space, budget, spec, sampling, progress, methods, columns, split = job
-    if split["split"] != "none":  # few-shot sub-supernets, one per depth group
+    space, budget, spec, method, progress, columns = job
+    if method.split != "none":  # few-shot sub-supernets, one per depth group
         from .split import one_seed
 
-        result, rows = one_seed(space, budget, spec, sampling, split["split_budget"], progress=progress, **methods)
+        result, rows = one_seed(space, budget, spec, method, progress=progress)
     else:
-        result = train_supernet(space, budget, spec, sampling, progress=progress, **methods)
+        result = train_supernet(space, budget, spec, method.sampling, progress=progress, **method.training)
         rows = score_rows(result, space, spec)
     return result, [{**row, **columns} for row in rows]
 
 
-def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[TrialSpec], sampling: str,
-                  workers: int = 1, progress: bool = False, log=None, distill: bool = False,
-                  finetune_tokens: int = 0, info: dict | None = None, columns: dict | None = None,
-                  tolerate_failures: bool = False, split: str = "none", split_budget: str = "shared"):
+def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[TrialSpec],
+                  method: SupernetMethod = SupernetMethod(), workers: int = 1, progress: bool = False, log=None,
+                  info: dict | None = None, columns: dict | None = None, tolerate_failures: bool = False):
     """``supernet.csv`` in ``study_dir`` with every seed of ``specs`` (one spec per supernet
     seed; ``supernet.json`` records their full configuration): seeds already there with the
     same protocol are read back, the others trained
     (``workers`` at a time, in processes) and the file rewritten atomically after each.
-    Returns its rows. ``log(text)`` hears about each seed. ``distill`` and
-    ``finetune_tokens`` go to :func:`train_supernet` (and into the settings' key when set);
-    ``info`` is added to ``supernet.json`` (and its ``lr_grid`` to the key), ``columns`` to
-    every row. ``tolerate_failures``: a seed whose supernet fails is recorded in
-    ``supernet.json`` (``failed``) and skipped, also when resumed, instead of an error.
-    ``split``: ``depth`` trains one supernet per depth group (:mod:`searchmaps.supernet.split`,
-    ``split_budget`` its budget); ``none`` (the default) keeps the key, and so the rows, of an
-    unsplit supernet."""
+    Returns its rows. ``log(text)`` hears about each seed. ``method``: how each seed is
+    trained (:class:`~searchmaps.supernet.method.SupernetMethod`); its sampling, the methods
+    that are on and a split go into the settings' key (the defaults keep an older folder's
+    key); ``info`` is added to ``supernet.json`` (and its ``lr_grid`` to the key), ``columns``
+    to every row. ``tolerate_failures``: a seed whose supernet fails is recorded in
+    ``supernet.json`` (``failed``) and skipped, also when resumed, instead of an error."""
     import json
     import multiprocessing as mp
     from pathlib import Path
@@ -275,14 +271,13 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     study_dir = Path(study_dir)
     study_dir.mkdir(parents=True, exist_ok=True)
     path = study_dir / "supernet.csv"
-    key = {"space": space.name, "budget_flops": budget_flops, "sampling": sampling,
+    key = {"space": space.name, "budget_flops": budget_flops, "sampling": method.sampling,
            "config_hash": specs[0].config_hash()}
-    methods = {"distill": distill, "finetune_tokens": finetune_tokens}
-    key.update({k: v for k, v in methods.items() if v})  # the defaults leave older folders' key as it was
+    key.update({k: v for k, v in method.training.items() if v})  # the defaults leave older folders' key as it was
     if info and info.get("lr_grid"):
         key["lr_grid"] = list(info["lr_grid"])
-    if split != "none":
-        key.update(split=split, split_budget=split_budget)
+    if method.split != "none":
+        key.update(split=method.split, split_budget=method.split_budget)
     meta = study_dir / "supernet.json"
     dtypes = {"map": str, "pe": str, "teacher": str, "lr_grid": str}
     old = pd.read_csv(path, dtype=dtypes) if path.is_file() else pd.DataFrame()
@@ -301,8 +296,7 @@ def ensure_scores(study_dir, space: Space, budget_flops: float, specs: Sequence[
     have = (set(old["seed"]) if len(old) else set()) | set(failed)
     todo = [s for s in specs if s.seed not in have]
     rows = [old] if len(old) else []
-    how = {"split": split, "split_budget": split_budget}
-    jobs = [(space, budget_flops, s, sampling, progress and workers == 1, methods, columns or {}, how) for s in todo]
+    jobs = [(space, budget_flops, s, method, progress and workers == 1, columns or {}) for s in todo]
     if jobs:
         ctx = mp.get_context("spawn")
         pool = ctx.Pool(min(workers, len(jobs))) if workers > 1 and len(jobs) > 1 else None

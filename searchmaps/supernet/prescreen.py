@@ -14,6 +14,7 @@ from ..config import Candidate, ConfigError, ReuseMap, TrialSpec
 from ..plan import SearchPlan
 from ..spaces import feasible_maps
 from . import ensure_scores
+from .method import SupernetMethod
 
 
 def supernet_specs(plan: SearchPlan, seeds: int, lr: float | None = None, first: int = 0) -> list[TrialSpec]:
@@ -23,14 +24,14 @@ def supernet_specs(plan: SearchPlan, seeds: int, lr: float | None = None, first:
     return [plan.spec(Candidate(cheap, plan.pes[0], plan.kv_shares[0]), seed, lr) for seed in range(first, first + seeds)]
 
 
-def supernet_scores(plan: SearchPlan, seeds: int, sampling: str, progress: bool = True,
+def supernet_scores(plan: SearchPlan, seeds: int, method: SupernetMethod = SupernetMethod(), progress: bool = True,
                     log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), lr: float | None = None,
-                    **methods):
-    """Train (or read back) the plan's supernet, one per seed, and score every feasible map:
-    :func:`searchmaps.supernet.ensure_scores` in the plan's study folder (``methods``: its
-    keyword arguments, such as ``distill`` or ``split``)."""
-    return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds, lr), sampling,
-                         workers=plan.workers, progress=progress, log=log, **methods)
+                    info: dict | None = None, columns: dict | None = None):
+    """Train (or read back) the plan's supernet, one per seed, trained by ``method``, and score
+    every feasible map: :func:`searchmaps.supernet.ensure_scores` in the plan's study folder
+    (``info``, ``columns``: its own)."""
+    return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds, lr), method,
+                         workers=plan.workers, progress=progress, log=log, info=info, columns=columns)
 
 
 def check_prescreen(plan: SearchPlan) -> None:
@@ -41,15 +42,13 @@ def check_prescreen(plan: SearchPlan) -> None:
         raise ConfigError("--prescreen chooses the maps itself for one memory-sharing setting: give one --kv-share")
 
 
-def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: bool = True,
-              log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), split: str = "none",
-              split_budget: str = "shared", distill: bool = False) -> SearchPlan:
+def prescreen(plan: SearchPlan, keep: int, seeds: int, method: SupernetMethod = SupernetMethod(), progress: bool = True,
+              log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)) -> SearchPlan:
     """Train (or read back) the supernet over every feasible map and narrow the plan to the
     ``keep`` maps it scores best, plus the baseline when it is feasible; writes
     ``prescreen.json`` in the study folder (which must exist)."""
     check_prescreen(plan)
-    scores = supernet_scores(plan, seeds, sampling, progress=progress, log=log, split=split,
-                             split_budget=split_budget, distill=distill)
+    scores = supernet_scores(plan, seeds, method, progress=progress, log=log)
     ranked = scores.groupby("map")["val_loss"].mean().sort_values(kind="stable")
     kept = [ReuseMap.parse(m, plan.space.model.n_layers) for m in ranked.index[:keep]]
     # the all-ones map when the space admits it -- not plan.baseline(), which asks whether
@@ -58,10 +57,10 @@ def prescreen(plan: SearchPlan, keep: int, seeds: int, sampling: str, progress: 
     with_base = plan.feasible(Candidate(base, plan.pes[0], plan.kv_shares[0])) and base not in kept
     if with_base:
         kept.append(base)
-    info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": sampling, "distill": distill,
-            "baseline": with_base, "maps_scored": int(ranked.size)}
-    if split != "none":
-        info.update(split=split, split_budget=split_budget)
+    info = {"kind": "supernet", "keep": keep, "seeds": seeds, "sampling": method.sampling,
+            "distill": method.distill, "baseline": with_base, "maps_scored": int(ranked.size)}
+    if method.split != "none":
+        info.update(split=method.split, split_budget=method.split_budget)
     (plan.study_dir / "prescreen.json").write_text(json.dumps(info, indent=2) + "\n")
     log(f"prescreen: the supernet scored {ranked.size} maps; keeping {', '.join(map(str, kept))}")
     return dataclasses.replace(plan, maps=tuple(kept), sampler="grid", trials=None)  # every kept map

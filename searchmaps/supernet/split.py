@@ -32,9 +32,7 @@ from ..data import Corpus, load_corpus
 from ..schedule import tokens_per_step
 from ..spaces import Space, feasible_maps
 from . import SupernetResult, score_rows, train_supernet
-
-SPLITS = ("none", "depth")
-SPLIT_BUDGETS = ("shared", "full")
+from .method import SPLIT_BUDGETS, SupernetMethod
 
 
 def depth_groups(maps: Sequence[ReuseMap]) -> dict[int, list[ReuseMap]]:
@@ -128,8 +126,8 @@ def split_rows(results: Sequence[SupernetResult], space: Space, spec: TrialSpec,
     return rows
 
 
-def one_seed(space: Space, budget_flops: float, spec: TrialSpec, sampling: str, split_budget: str,
-             progress: bool = False, **methods):
+def one_seed(space: Space, budget_flops: float, spec: TrialSpec, method: SupernetMethod, progress: bool = False):
     """(merged result, rows) of one seed, as :func:`searchmaps.supernet.ensure_scores` wants."""
-    results = train_split(space, budget_flops, spec, sampling, split_budget, progress=progress, **methods)
-    return merge(results, spec), split_rows(results, space, spec, split_budget)
+    results = train_split(space, budget_flops, spec, method.sampling, method.split_budget, progress=progress,
+                          **method.training)
+    return merge(results, spec), split_rows(results, space, spec, method.split_budget)

@@ -20,6 +20,7 @@ from ..config import ConfigError
 from ..plan import SearchPlan
 from ..scheduler import TUNING_SEED_BASE
 from . import ensure_scores
+from .method import SupernetMethod
 from .prescreen import supernet_specs
 
 
@@ -27,8 +28,8 @@ def tuning_dir(plan: SearchPlan, lr: float):
     return plan.study_dir / "supernet_tuning" / f"lr{lr:g}"
 
 
-def fit_lr(plan: SearchPlan, grid: Sequence[float], tuning_seeds: int, sampling: str, progress: bool = True,
-           log: Callable[[str], None] = lambda text: print(text, file=sys.stderr), **methods) -> dict:
+def fit_lr(plan: SearchPlan, grid: Sequence[float], tuning_seeds: int, method: SupernetMethod = SupernetMethod(),
+           progress: bool = True, log: Callable[[str], None] = lambda text: print(text, file=sys.stderr)) -> dict:
     """Train (or read back) the tuning supernets of every rate of ``grid`` and pick one.
     Returns what ``supernet.json`` records: the grid, each rate's mean score (nats; inf:
     failed), the pick, the tuning seeds and the tuning's cost (training and fine-tune FLOPs,
@@ -37,8 +38,8 @@ def fit_lr(plan: SearchPlan, grid: Sequence[float], tuning_seeds: int, sampling:
     seeds = list(range(TUNING_SEED_BASE, TUNING_SEED_BASE + tuning_seeds))
     for lr in grid:
         specs = supernet_specs(plan, tuning_seeds, lr, first=TUNING_SEED_BASE)
-        rows = ensure_scores(tuning_dir(plan, lr), plan.space, plan.budget_flops, specs, sampling,
-                             workers=plan.workers, progress=progress, log=log, tolerate_failures=True, **methods)
+        rows = ensure_scores(tuning_dir(plan, lr), plan.space, plan.budget_flops, specs, method,
+                             workers=plan.workers, progress=progress, log=log, tolerate_failures=True)
         if len(rows):
             per_seed = rows.groupby("seed")
             spent += float(per_seed["supernet_train_flops"].first().sum())

@@ -14,12 +14,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import faults
-from .cli import fail
-from .config import ConfigError
-from .data import DataError
-from .ledger import StorageFault
-from .plan import SearchPlan
+from .. import faults
+from ..config import ConfigError
+from ..data import DataError
+from ..ledger import StorageFault
+from ..plan import SearchPlan
+from .common import fail
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
@@ -60,14 +60,14 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     made = False
     try:
         if ray_address and ray_address != "auto":
-            from .executor import check_reachable
+            from ..executor import check_reachable
 
             check_reachable(ray_address)
-        from .driver import Driver
-        from .ledger import Ledger, check_storage
-        from .report.terminal import ProgressBar
-        from .results import RunsFile
-        from .study import SearchStudy
+        from ..driver import Driver
+        from ..ledger import Ledger, check_storage
+        from ..report.terminal import ProgressBar
+        from ..results import RunsFile
+        from ..study import SearchStudy
 
         engine = None if plan.default_storage else check_storage(plan.storage_url)  # the default is in the folder
         made = check_results_dir(plan.study_dir)
@@ -99,7 +99,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     ray, wall = None, 0.0
     try:
         if driver.has_work():
-            from .executor import execute, start_ray
+            from ..executor import execute, start_ray
 
             ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
             for s in EXIT_INTERRUPTED:  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
@@ -137,7 +137,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
                 return storage_failed(prog, exc, driver, ray if not ray_address else None)
             if ray is not None and not ray_address:
                 ray.shutdown()
-            from .report.terminal import summarise
+            from ..report.terminal import summarise
 
             summarise(plan, driver.progress, driver.rows(), wall)
             if report:
@@ -205,10 +205,10 @@ def os_reason(exc: OSError) -> str:
 
 def write_report(prog: str, plan: SearchPlan) -> None:
     """The report is a view of the results: a failure here never fails the search."""
-    from .plan import read_study_json
-    from .report import ReportError
-    from .report import write_report as write
-    from .study import attach_figure
+    from ..plan import read_study_json
+    from ..report import ReportError
+    from ..report import write_report as write
+    from ..study import attach_figure
 
     faults.point("report")
     try:

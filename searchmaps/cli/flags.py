@@ -1,0 +1,220 @@
+"""Every flag the commands share, declared once: flag groups as functions (a command's
+parser calls the groups it has), and the flags read back into config fields (a preset's
+values with the flags over them), a horizon ladder and the supernet's method. Where two
+commands word a flag's default differently (``searchmaps.train``'s own defaults against
+``searchmaps.run``'s "the space's"), the group takes ``search``."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
+                      SCHEDULES, ConfigError, ModelConfig, ReuseMap)
+from ..presets import PRESETS, get_preset
+from ..supernet.method import SAMPLINGS, SPLIT_BUDGETS, SPLITS, SupernetMethod
+from .common import count, counts, number, numbers, texts
+
+# --------------------------------------------------------------------------- flag groups
+
+
+def add_pe_args(p, search: bool) -> None:
+    """``--pe`` and, beside it, ``--kv-share``: the factors of a candidate besides its map (one
+    value for searchmaps.train, a comma list each for searchmaps.run)."""
+    if search:
+        p.add_argument("--pe", default=None, help=f"positional encoding(s), comma-separated: "
+                                                  f"{', '.join(POSITIONAL_ENCODINGS)} (default: the space's)")
+    else:
+        p.add_argument("--pe", default="rope", help=f"positional encoding: {', '.join(POSITIONAL_ENCODINGS)}")
+    p.add_argument("--kv-share", type=texts if search else str, default=None, metavar="none|first:W",
+                   help="memory-shared loops: none (default), or first:W: a repeated layer's later passes (and a "
+                        "repeated stack's) read the first pass's keys and values for positions W or more back and "
+                        "keep only their last W of their own (docs/architecture.md)"
+                        + ("; a comma list, each setting a factor of the candidates as --pe is (default: the "
+                           "space's kv_share)" if search else ""))
+
+
+def add_model_args(p: argparse.ArgumentParser) -> None:
+    """Model-size flags; ``None`` defaults mean "keep the space's / the config's value"."""
+    g = p.add_argument_group("model")
+    g.add_argument("--layers", type=int, default=None, help="number of distinct layers (default 4)")
+    g.add_argument("--d-model", type=int, default=None, help="model width (default 128)")
+    g.add_argument("--heads", type=int, default=None, help="attention heads (default 4)")
+    g.add_argument("--ffn-hidden", type=int, default=None, help="SwiGLU hidden width (default 4 x d-model)")
+    g.add_argument("--seq-len", type=int, default=None, help="training context in tokens (default 128)")
+    g.add_argument("--max-positions", type=int, default=None, help="learned position table size (default 1024)")
+    g.add_argument("--residual", choices=RESIDUALS, default=None,
+                   help="prenorm (LLaMA/ILR, default), deeploop (Post-LN DeepNorm) or depth-mup (pre-norm with "
+                        "every residual branch scaled by 1/sqrt(unrolled depth), Depth-muP)")
+    g.add_argument("--init", default=None,
+                   help=f"weight initialisation: {' or '.join(INITS)}; scaled (default): N(0, 0.02) with the residual "
+                        f"projections also scaled by 1/sqrt(2 x layers); normal: N(0, 0.02) for every matrix (ILR)")
+
+
+def add_preset_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default=None, metavar="NAME",
+                   help=f"start from a named recipe ({', '.join(PRESETS)}: ILR's; docs/training.md); every other "
+                        f"flag overrides it")
+
+
+def add_horizon_args(g, search: bool) -> None:
+    """``--tokens`` or ``--train-flops``: one horizon, or a ladder one training serves."""
+    default = "default: the space's" if search else "default 2e6"
+    h = g.add_mutually_exclusive_group()
+    h.add_argument("--tokens", type=counts, default=None,
+                   help=f"training tokens per run, the same for every map ({default}); a comma list "
+                        f"(3e5,1.2e6,4.8e6) is a horizon ladder one training serves (needs --schedule wsd)")
+    h.add_argument("--train-flops", type=numbers, default=None,
+                   help="training FLOPs per run, the same for every map: heavier maps see fewer tokens; a comma "
+                        "list is a ladder")
+
+
+def add_proxy_args(g, search: bool) -> None:
+    """The training recipe flags searchmaps.train and searchmaps.run share (their defaults: the
+    project's own choices, or for a search the space's; ILR's in --preset ilr-small)."""
+    own = (lambda text: "") if search else (lambda text: f" (default {text})")
+    g.add_argument("--batch-size", type=int, default=None, help="sequences per step" + own("16"))
+    g.add_argument("--lr", type=number, default=None,
+                   help="peak learning rate" + (", every map (see --lr-grid to fit it per map)" if search
+                                                else " (default 3e-3)"))
+    g.add_argument("--schedule", choices=SCHEDULES, default=None,
+                   help="wsd (warm-up, constant, cooldown; the default) or cosine (warm-up, cosine decay to 0)")
+    g.add_argument("--cooldown-frac", type=number, default=None,
+                   help="wsd: share of the horizon's steps in the cooldown (default 0.2)")
+    g.add_argument("--cooldown-shape", choices=COOLDOWN_SHAPES, default=None,
+                   help="wsd: cooldown 1-sqrt (default; Hagele et al. 2024) or linear")
+    g.add_argument("--warmup-steps", type=count, default=None,
+                   help="steps of warm-up, instead of --warmup-frac (a ladder's rungs record theirs here)")
+    g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation" + own("32768"))
+    g.add_argument("--decay-gains", action=argparse.BooleanOptionalAction, default=None,
+                   help="weight decay on every parameter, RMSNorm gains included (ILR); default off: gains exempt")
+    g.add_argument("--micro-batch", type=int, default=None, metavar="N",
+                   help="compute each step's --batch-size sequences N at a time, gradients accumulated (the same "
+                        "update up to float rounding; for a batch that does not fit); default 0: all at once")
+    g.add_argument("--eval-protocol", default=None,
+                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows; "
+                        f"ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
+    grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
+    g.add_argument("--exit-eps", nargs="?", const=grid, default=None, metavar="E1,E2,...",
+                   help=f"also evaluate each recorded rung's weights under per-token convergence exit (a token stops "
+                        f"repeating once the KL between its successive predictions is below E) at these thresholds "
+                        f"(without a value: {grid}); adds the exit_* columns (docs/training.md)")
+    g.add_argument("--exit-tolerance", type=number, default=None, metavar="FRAC",
+                   help="the exit_* columns are those of the largest threshold whose validation loss stays within "
+                        "this fraction of full depth's (default 0.005: 0.5 %%)")
+    g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
+                   help="auto: bf16 autocast where the hardware supports it, else fp32")
+    g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
+                   help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("data and hardware")
+    g.add_argument("--data", default="stdlib",
+                   help="stdlib (built-in, offline), english (Debian doc packages: bash dev.sh data english; english:N a slice), "
+                        "a text file, a folder of .txt/.md, or a uint16 .bin")
+    g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
+    g.add_argument("--tokenizer", default=None,
+                   help="bytes (default) or bpe:N: a byte-level BPE of N entries trained on the training split, cached")
+    g.add_argument("--threads", type=int, default=1, help="torch threads per training (default 1)")
+    g.add_argument("--device", default="auto", help="auto (CUDA when present), cpu or cuda")
+
+
+def add_supernet_args(w) -> None:
+    """The supernet's training flags (searchmaps.run --prescreen, searchmaps.supernet); read
+    back by :func:`supernet_method`."""
+    w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
+    w.add_argument("--sampling", choices=SAMPLINGS, default=None,
+                   help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
+                        "the most expensive and a random one in turn), or fair (every layer's repeat values "
+                        "equally often, FairNAS); default sandwich (uniform with --split depth), the best ranking "
+                        "over both committed comparisons (docs/studies/supernet-methods.md)")
+    w.add_argument("--distill", action=argparse.BooleanOptionalAction, default=None,
+                   help="in-place distillation: every step trains the deepest map on the labels and the step's other "
+                        "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions "
+                        "(default: on with sandwich sampling, off otherwise)")
+    w.add_argument("--split", choices=SPLITS, default="none",
+                   help="none: one supernet over every map; depth: one per group of maps with the same number of "
+                        "applied layers, each map scored by its group's (default none)")
+    w.add_argument("--split-budget", choices=SPLIT_BUDGETS, default="shared",
+                   help="with --split depth: shared divides the supernet's tokens (or training FLOPs) evenly among "
+                        "the groups, same cost as one supernet; full gives every group all of it (default shared)")
+
+
+# --------------------------------------------------------------------------- flags -> fields
+
+
+def supernet_method(args: argparse.Namespace) -> SupernetMethod:
+    """The supernet flags as a checked :class:`SupernetMethod` (flags a command does not
+    define count as unset); ConfigError naming the flag."""
+    if args.supernet_seeds < 1:
+        raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
+    if getattr(args, "keep", 1) < 1:
+        raise ConfigError(f"--keep must be at least 1, got {args.keep}")
+    return SupernetMethod.resolve(args.sampling, args.distill, args.split, args.split_budget,
+                                  getattr(args, "finetune_tokens", None), getattr(args, "landmarks", 0))
+
+
+def model_overrides(args: argparse.Namespace) -> dict:
+    """ModelConfig fields the user set on the command line (``--kv-share`` apart: a factor of
+    the candidates, as ``--pe``)."""
+    names = {"layers": "n_layers", "d_model": "d_model", "heads": "n_heads", "ffn_hidden": "ffn_hidden",
+             "seq_len": "seq_len", "max_positions": "max_positions", "residual": "residual", "init": "init"}
+    return {f: getattr(args, a) for a, f in names.items() if getattr(args, a, None) is not None}
+
+
+def train_overrides(args: argparse.Namespace) -> dict:
+    """TrainConfig fields the user set on the command line (a horizon replaces the other);
+    flags a command does not define count as unset."""
+    out = {}
+    if getattr(args, "tokens", None) is not None:
+        out.update(tokens=args.tokens[0], train_flops=None)
+    if getattr(args, "train_flops", None) is not None:
+        out.update(tokens=None, train_flops=args.train_flops[0])
+    for a in ("batch_size", "lr", "warmup_frac", "weight_decay", "eval_every", "eval_tokens", "schedule",
+              "cooldown_frac", "cooldown_shape", "warmup_steps", "decay_gains", "micro_batch", "eval_protocol",
+              "exit_eps", "exit_tolerance"):
+        if getattr(args, a, None) is not None:
+            out[a] = getattr(args, a)
+    return out
+
+
+def ladder_from_args(args: argparse.Namespace) -> tuple[float, ...] | None:
+    """The horizons of a ladder (``--tokens A,B,C`` or ``--train-flops A,B,C``); None for one."""
+    hs = getattr(args, "tokens", None) or getattr(args, "train_flops", None)
+    return tuple(hs) if hs is not None and len(hs) > 1 else None
+
+
+def preset_of(args: argparse.Namespace) -> dict:
+    """``--preset``'s configuration (:mod:`searchmaps.presets`; empty parts without one);
+    ConfigError naming --preset for an unknown name."""
+    return get_preset(getattr(args, "preset", None))
+
+
+def tokenizer_of(args: argparse.Namespace) -> str | None:
+    """``--tokenizer``, else the preset's."""
+    return args.tokenizer if args.tokenizer is not None else preset_of(args)["tokenizer"]
+
+
+def with_preset(args: argparse.Namespace) -> tuple[dict, dict]:
+    """ModelConfig and TrainConfig fields of the preset with the flags over them. A preset's
+    context longer than the position table (--max-positions given with it) is ConfigError."""
+    pre = preset_of(args)
+    if getattr(args, "micro_batch", None) is not None and args.micro_batch <= 0:
+        raise ConfigError(f"--micro-batch must be a positive number of sequences, got {args.micro_batch} "
+                          f"(leave it out to compute the whole batch at once)")
+    model, train = {**pre["model"], **model_overrides(args)}, {**pre["train"], **train_overrides(args)}
+    if args.preset is not None:
+        seq = model.get("seq_len", ModelConfig.seq_len)
+        positions = model.get("max_positions", ModelConfig.max_positions)
+        if seq > positions:
+            raise ConfigError(f"--max-positions {positions} is below the context of {seq} tokens that --preset "
+                              f"{args.preset} (or --seq-len) sets; raise --max-positions or lower --seq-len")
+    return model, train
+
+
+def parse_map(text: str, n_layers: int, flag: str) -> ReuseMap:
+    """:meth:`ReuseMap.parse`, its error naming ``flag`` (it names --map, searchmaps.train's)."""
+    try:
+        return ReuseMap.parse(text, n_layers)
+    except ConfigError as exc:
+        raise ConfigError(f"{flag}: {str(exc).removeprefix('--map: ').removeprefix('--map ')}") from None

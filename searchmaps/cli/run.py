@@ -1,0 +1,197 @@
+"""``searchmaps-run`` (``python -m searchmaps.run``), the search command: parse, build, run,
+close.
+
+    searchmaps-run --space ilr4 --budget-flops 1.2e7 --seeds 3
+
+Every bad flag, space file, data path, storage or budget ends with one line naming what
+to change and exit code 2, before Ray starts. Running the same command again resumes the
+study; several commands (on one machine or many) may share one study and split its work.
+Ctrl-C exits 130 and SIGTERM 143, with the unfinished work given back for the next run.
+Its parser and plan are also ``searchmaps.supernet``'s (which adds its own flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import functools
+import signal
+import sys
+from pathlib import Path
+
+from .. import flops
+from ..config import ConfigError, parse_planned
+from ..data import DataError
+from ..device import resolve_compile, resolve_device, resolve_precision
+from ..objectives import DEFAULT as DEFAULT_OBJECTIVES
+from ..objectives import OBJECTIVES
+from ..plan import SearchPlan, check_study_name, default_study_name, with_corpus
+from ..samplers import AUTO, SAMPLER_CHOICES
+from ..spaces import builtin_spaces, feasible_maps, load_space
+from ..supernet.method import SupernetMethod
+from ..stats import DEFAULT_RULE, RULES
+from .common import Parser, fail, number, numbers
+from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
+                    add_supernet_args, ladder_from_args, parse_map, supernet_method, tokenizer_of, with_preset)
+from .search import EXIT_INTERRUPTED, headline, run_search
+
+
+def build_parser() -> Parser:
+    """The flags of ``searchmaps.run`` (``searchmaps.supernet`` adds its own to them)."""
+    p = Parser(prog="searchmaps.run",
+               description="Search reuse maps under a FLOP budget: Optuna drives, Ray Tune trains, seeds are compared.")
+    p.add_argument("--space", default="ilr4",
+                   help=f"built-in space ({', '.join(builtin_spaces())}) or a path to a space .toml (default ilr4)")
+    p.add_argument("--budget-flops", type=number, required=True,
+                   help="ceiling on forward FLOPs per token; only maps at or under it are candidates")
+    add_pe_args(p, search=True)
+    p.add_argument("--seeds", type=int, default=None, help="seeds per candidate (default: the space's)")
+    p.add_argument("--sampler", choices=SAMPLER_CHOICES, default=AUTO,
+                   help="auto: grid when at most 32 candidates fit the budget, else uniform random over the feasible maps")
+    p.add_argument("--trials", type=int, default=None,
+                   help="candidates to train (default: all for grid, 32 for random/tpe/nsga2)")
+    p.add_argument("--search-seed", type=int, default=0, help="seed of the sampler (random/tpe/nsga2)")
+    p.add_argument("--objectives", default=",".join(DEFAULT_OBJECTIVES), metavar="A,B[,C]",
+                   help=f"what Optuna is told and the report's Pareto front plots, two or three of "
+                        f"{', '.join(OBJECTIVES)} (default {','.join(DEFAULT_OBJECTIVES)})")
+    p.add_argument("--racing", action="store_true",
+                   help="start every candidate with --race-start-seeds seeds; after each round drop those the "
+                        "top-group rule leaves out; survivors get one more seed, up to --seeds, until one is left")
+    p.add_argument("--lr-grid", type=numbers, default=None, metavar="A,B,C",
+                   help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
+                        "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
+    p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
+    p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
+                   help=f"the rule that picks the top group, for racing, promotion and the report (default "
+                        f"{DEFAULT_RULE}: {RULES[DEFAULT_RULE].help}; calibrated when maps differ in seed noise, "
+                        f"benchmarks/README.md)")
+    p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
+    p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
+    add_horizon_args(p.add_argument_group("protocol"), search=True)
+    p.add_argument("--target-tokens", type=number, default=None, metavar="N",
+                   help="with a ladder: the horizon the report extrapolates each map's fitted loss curve to (tokens; "
+                        "training FLOPs for --train-flops; default: the space's published horizon, else 10x the last)")
+    p.add_argument("--promote", action="store_true",
+                   help="statistical successive halving along the ladder: after each horizon only the candidates "
+                        "in its top group go on (their runs continue from a saved state)")
+    add_preset_arg(p)
+    add_proxy_args(p.add_argument_group("proxy overrides (default: the space's, then --preset's)"), search=True)
+    add_model_args(p)
+    add_runtime_args(p)
+    o = p.add_argument_group("study, storage and Ray")
+    o.add_argument("--study", default=None, help="study name (default: derived from space, PEs, budget, protocol)")
+    o.add_argument("--results-dir", default="results", help="where results/<study>/ goes (default results)")
+    o.add_argument("--storage", default=None,
+                   help="Optuna storage URL shared by several machines (default sqlite:///results/<study>/optuna.db)")
+    o.add_argument("--ray-address", default=None, help="join a Ray cluster: auto or HOST:PORT (default: start Ray locally)")
+    o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
+    o.add_argument("--cpus-per-trial", type=number, default=1.0, help="CPUs Ray reserves for each training (default 1)")
+    o.add_argument("--gpus-per-trial", type=number, default=0.0,
+                   help="GPUs Ray reserves for each training (needs a CUDA device); a fraction such as 0.25 lets "
+                        "several trainings or packs share one GPU (default 0)")
+    o.add_argument("--pack-seeds", default="off", metavar="N|auto|off",
+                   help="train up to N seeds of a candidate together as one packed training (one Ray task); "
+                        "auto: as many as pay on the device (off on a CPU, up to 32 on CUDA, from the benchmark); off: one seed per "
+                        "training (default off)")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
+                   help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
+                        "(checked before anything trains, stored in study.json; corrected over these only)")
+    p.add_argument("--maps", nargs="+", default=None, metavar="MAP",
+                   help="train exactly these maps of the space (e.g. 4,2,1,1 2,2,2,2 block:2) instead of sampling")
+    w = p.add_argument_group("weight-sharing supernet (searchmaps.supernet)")
+    w.add_argument("--prescreen", choices=("supernet",), default=None,
+                   help="train a supernet over every feasible map first and keep only the --keep it scores best "
+                        "(plus the baseline) for the seeded stand-alone study")
+    w.add_argument("--keep", type=int, default=8, help="maps a prescreen keeps (default 8)")
+    add_supernet_args(w)
+    p.add_argument("--dry-run", action="store_true", help="list the candidates with their costs and exit")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-report", action="store_true", help="skip the report at the end")
+    return p
+
+
+def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None) -> SearchPlan:
+    """Flags of :func:`build_parser` -> a checked :class:`SearchPlan` (the corpus is loaded for
+    its fingerprint, except with --dry-run); a supernet's (``supernet``: its method) is named
+    after the method when ``--study`` is not given."""
+    if args.study is not None:
+        check_study_name(args.study)  # before anything is read or made
+    space = load_space(args.space)
+    if args.layers is not None and args.layers != space.model.n_layers:
+        raise ConfigError(f"--layers {args.layers} differs from space {space.name} ({space.model.n_layers} layers); "
+                          f"write a space file for another depth")
+    device = resolve_device(args.device)
+    model, train = with_preset(args)
+    if args.preset is not None and model.get("n_layers", space.model.n_layers) != space.model.n_layers:
+        raise ConfigError(f"--preset {args.preset} has {model['n_layers']} layers but space {space.name} has "
+                          f"{space.model.n_layers}; give --space a space of {model['n_layers']} layers")
+    train["precision"] = resolve_precision(args.precision, device)
+    train["compile"] = resolve_compile(args.compile, device)
+    model = {k: v for k, v in model.items() if k != "n_layers"}
+    space = space.with_overrides(model=model, train=train)
+    pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
+    common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,
+                  study="-", results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
+                  storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
+                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, threads=args.threads, device=device,
+                  search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
+                  alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
+                  promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
+                  lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
+                  maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())),
+                  preset=args.preset or "", objectives=args.objectives)
+    plan = SearchPlan(**common)  # checks every setting before the data is read
+    study = args.study or default_study_name(plan, supernet)
+    check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
+    if args.dry_run:
+        return dataclasses.replace(plan, study=study)
+    return with_corpus(plan, args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args), study=study)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    # parse -> build: every flag checked before anything starts, and before the study folder is made
+    try:
+        plan = build_plan(args)
+        if args.dry_run:
+            print(headline(plan), file=sys.stderr)
+            print_candidates(plan)
+            return 0
+        if args.prescreen:
+            from ..supernet.prescreen import check_prescreen
+
+            method = supernet_method(args)
+            check_prescreen(plan)
+    except (ConfigError, DataError) as exc:
+        return fail(parser.prog, exc)
+    except KeyboardInterrupt:
+        print(f"{parser.prog}: interrupted before the search started", file=sys.stderr)
+        return EXIT_INTERRUPTED[signal.SIGINT]
+    narrow = None
+    if args.prescreen:  # the supernet picks the maps, once the study folder is there
+        from ..supernet.prescreen import prescreen
+
+        narrow = functools.partial(prescreen, keep=args.keep, seeds=args.supernet_seeds, method=method,
+                                   progress=not args.quiet)
+    # run -> close
+    return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
+                      report=not args.no_report, narrow=narrow)
+
+
+def print_candidates(plan: SearchPlan, out=None) -> None:
+    """--dry-run: every candidate with its costs (the ``--maps`` given, else every feasible map),
+    and the planned comparisons."""
+    out = out or sys.stdout  # looked up now: a caller (a test) may have replaced it since the import
+    shared = plan.shares_memory
+    kv_head = f" {'kv-share':<10}" if shared else ""
+    print(f"{'map':<20} {'pe':<8}{kv_head} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
+    for pe in plan.pes:
+        for kv in plan.kv_shares:
+            for m in plan.maps or feasible_maps(plan.space, plan.budget_flops):
+                cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe, kv_share=kv)
+                print(f"{str(m):<20} {pe:<8}{f' {str(kv):<10}' if shared else ''} {m.applied_layers:>7} "
+                      f"{flops.flops_per_token(cfg):>13,} {flops.kv_bytes_per_token(cfg):>15,}", file=out)
+    if plan.planned and plan.candidates is not None:  # as the report will test them
+        pairs = parse_planned(plan.planned, plan.candidates)
+        print("planned comparisons: " + "; ".join(f"{a.label} vs {b.label}" for a, b in pairs), file=out)
