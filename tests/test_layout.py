@@ -18,7 +18,7 @@ ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
          "samplers", "plan",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences",
-         "report.figures", "report.summary", "report.page", "report.ranking", "report.planned", "report.horizons",
+         "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.horizons",
          "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
          "cli", "search", "train.__main__", "report.__main__", "run", "supernet.__main__"]
 # the command layer: flags, exit codes and the terminal; a library module never imports one
