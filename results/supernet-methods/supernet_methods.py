@@ -1,12 +1,12 @@
-"""The supernet methods' comparison table (docs/studies/supernet-methods.md), from the
+"""The supernet methods' comparison table (results/supernet-methods/README.md), from the
 committed supernet folders of one space: each validation's tau, ceiling, top-k overlap,
 regret, and the cost per seed in stand-alone trainings (supernet training, fine-tunes and
 the rate fit's tuning supernets shared among the seeds; one stand-alone training is the
 mean training FLOPs of the truth study's maps; a landmark folder adds its landmarks'
 stand-alone trainings, every seed of each).
 
-    python benchmarks/supernet_methods.py results                                   # ilr-table1
-    python benchmarks/supernet_methods.py results ilr4 results/ilr4-standalone-20   # ilr4
+    python results/supernet-methods/supernet_methods.py results                                   # ilr-table1
+    python results/supernet-methods/supernet_methods.py results ilr4 results/ilr4-standalone-20   # ilr4
 
 With a truth folder (the third argument) every folder's scores are validated against it
 here, as `--validate-against` would (so folders validated earlier against another study

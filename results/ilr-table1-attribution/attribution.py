@@ -1,6 +1,6 @@
 """Which change of protocol moves the ranking toward a published one, and by how much.
 
-    python benchmarks/attribution.py results/ARM_A results/ARM_B results/ARM_C [--out attribution.csv]
+    python results/ilr-table1-attribution/attribution.py results/ARM_A results/ARM_B results/ARM_C [--out attribution.csv]
 
 The arms are study folders of the same candidates, in the order that walks from one
 protocol to the other (each differing from the one before in what it names). For every
@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import stability  # noqa: E402
+from searchmaps import stability
 
 
 def rows(folder: Path) -> pd.DataFrame:

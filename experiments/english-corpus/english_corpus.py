@@ -1,7 +1,7 @@
 """What ``--data english`` costs: the build from the installed packages, a cached load, and a
 byte-level BPE trained and applied on it. Prints figures; nothing is asserted.
 
-    .venv/bin/python benchmarks/english_corpus.py [--cache DIR] [--vocab 1024] [--data english]
+    .venv/bin/python experiments/english-corpus/english_corpus.py [--cache DIR] [--vocab 1024] [--data english]
 
 Without ``--cache`` the corpus is built in a fresh temporary folder, so the build is measured
 from nothing (an existing cache entry would only measure the memory-mapped load).

@@ -1,7 +1,7 @@
 """Calibration of every top-group rule through one synthetic generator: family-wise error
 under complete and partial nulls, power, and what a race concludes against the full design.
 
-    .venv/bin/python benchmarks/calibration.py [--studies 2000] [--races 300]
+    .venv/bin/python experiments/calibration/calibration.py [--studies 2000] [--races 300]
 
 A study: k maps x n seeds; run s of map j scores mu_j + 2 z_s + sd_j e_sj (z_s shared by
 every map on seed s, so pairing removes it; e standard normal, or Student t with 3 dof
@@ -31,17 +31,14 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps import topgroup  # noqa: E402
-from searchmaps.racing import race_step  # noqa: E402
+from searchmaps import topgroup
+from searchmaps.racing import race_step
 
 RULES = ("moderated", "hsd", "holm", "friedman", "mcb", "gameshowell", "tukeyonly")
 ALPHA = 0.05

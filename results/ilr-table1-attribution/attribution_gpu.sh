@@ -2,8 +2,8 @@
 # Issue 22's attribution study on one GPU machine (lent for minutes): three arms that walk
 # from the committed setting to ILR's, then the learning-rate checks, in one resumable pool.
 #
-#   bash benchmarks/attribution_gpu.sh OUT [STUDY_DIR]          # on the GPU machine
-#   bash benchmarks/attribution_gpu.sh OUT [STUDY_DIR] --tiny   # the CPU check, at tiny sizes
+#   bash results/ilr-table1-attribution/attribution_gpu.sh OUT [STUDY_DIR]          # on the GPU machine
+#   bash results/ilr-table1-attribution/attribution_gpu.sh OUT [STUDY_DIR] --tiny   # the CPU check, at tiny sizes
 #
 # Needs python3 with torch, numpy, pandas, scipy, tqdm (no Ray, no Optuna) and the two
 # corpora carried to the machine (no download there):
@@ -21,7 +21,7 @@
 # then each arm at lr 3e-3 and 3e-4 (3 seeds): one rate on either side of 1e-3.
 # The whole command ends within BUDGET seconds (default 540); a rerun resumes.
 set -uo pipefail
-source "$(dirname "$0")/gpu_common.sh"
+source "$(dirname "$0")/../../benchmarks/gpu_common.sh"
 gpu_begin attribution_gpu.log /tmp/attr "$@"
 
 STDLIB=/tmp/stdlib311
@@ -51,7 +51,7 @@ done
 
 left=$(( ${BUDGET:-540} - ($(date +%s) - t0) - 25 ))
 stamp "study (ladder $LADDER, deadline $left s)"
-$PY benchmarks/scale_study.py --results-dir "$STUDY_DIR" --ladder "$LADDER" --flags "--eval-tokens $EVAL" \
+$PY results/ilr-table1-rope-scale/scale_study.py --results-dir "$STUDY_DIR" --ladder "$LADDER" --flags "--eval-tokens $EVAL" \
     "${SIZE[@]}" --deadline "$left" "${ARMS[@]}"
 rc=$?
 [ -n "${MONITOR:-}" ] && kill "$MONITOR" 2>/dev/null

@@ -1,6 +1,6 @@
 """Which parametrisation lets one learning rate serve shallow and deep maps?
 
-    .venv/bin/python benchmarks/lr_transfer.py [--tokens 3e5] [--lrs 3e-4,1e-3,3e-3,1e-2] [--seeds 1] [--workers 1]
+    .venv/bin/python experiments/lr-transfer/lr_transfer.py [--tokens 3e5] [--lrs 3e-4,1e-3,3e-3,1e-2] [--seeds 1] [--workers 1]
 
 For each residual parametrisation (prenorm, deeploop, depth-mup) and a shallow and a deep
 map of ILR's small model (1,1,1,1: 4 applied layers; 4,2,1,1: 8), trains every rate of the
@@ -15,11 +15,8 @@ import argparse
 import dataclasses
 import itertools
 import multiprocessing as mp
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 MAPS = ("1,1,1,1", "4,2,1,1")
 RESIDUALS = ("prenorm", "deeploop", "depth-mup")

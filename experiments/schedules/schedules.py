@@ -1,6 +1,6 @@
 """Cosine vs warmup-stable-decay at the same horizon: which schedule should be the default?
 
-    .venv/bin/python benchmarks/schedules.py [--tokens 3e5] [--seeds 3] [--lrs 1e-3,3e-3] [--workers 2]
+    .venv/bin/python experiments/schedules/schedules.py [--tokens 3e5] [--seeds 3] [--lrs 1e-3,3e-3] [--workers 2]
 
 Trains ILR's small model (the ilr4 space's proxy) for maps ``1,1,1,1`` and ``4,2,1,1`` with
 both schedules (WSD: 1-sqrt cooldown over the last 20 %), paired on seed, and prints the
@@ -15,14 +15,11 @@ import dataclasses
 import itertools
 import math
 import multiprocessing as mp
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-from scipy import stats  # noqa: E402
+import numpy as np
+from scipy import stats
 
 MAPS = ("1,1,1,1", "4,2,1,1")
 

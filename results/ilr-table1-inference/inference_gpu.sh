@@ -3,8 +3,8 @@
 # maps x 5 seeds, trained with memory-shared loops off and on, every trained map evaluated
 # under the per-token exit grid, in one resumable pool.
 #
-#   bash benchmarks/inference_gpu.sh OUT [STUDY_DIR]          # on the GPU machine
-#   bash benchmarks/inference_gpu.sh OUT [STUDY_DIR] --tiny   # the CPU check, at tiny sizes
+#   bash results/ilr-table1-inference/inference_gpu.sh OUT [STUDY_DIR]          # on the GPU machine
+#   bash results/ilr-table1-inference/inference_gpu.sh OUT [STUDY_DIR] --tiny   # the CPU check, at tiny sizes
 #
 # Needs python3 with torch, numpy, pandas, scipy, tqdm (no Ray, no Optuna) and the English
 # corpus carried to the machine (no download there):
@@ -19,7 +19,7 @@
 #   first:W    later passes read the first pass's beyond a window of W (default 64)
 # The whole command ends within BUDGET seconds (default 480); a rerun resumes.
 set -uo pipefail
-source "$(dirname "$0")/gpu_common.sh"
+source "$(dirname "$0")/../../benchmarks/gpu_common.sh"
 gpu_begin inference_gpu.log /tmp/inference "$@"
 
 EN=$PWD/.carry/english-bpe1024
@@ -40,7 +40,7 @@ ARMS=(--arm "ilr-table1-kv-none=$P" --arm "ilr-table1-kv-first$WINDOW=$P --kv-sh
 
 left=$(( ${BUDGET:-480} - ($(date +%s) - t0) - 25 ))
 stamp "study (ladder $LADDER, window $WINDOW, exit grid $EPS, deadline $left s)"
-$PY benchmarks/scale_study.py --results-dir "$STUDY_DIR" --ladder "$LADDER" --flags "--eval-tokens $EVAL" \
+$PY results/ilr-table1-rope-scale/scale_study.py --results-dir "$STUDY_DIR" --ladder "$LADDER" --flags "--eval-tokens $EVAL" \
     "${SIZE[@]}" --deadline "$left" "${ARMS[@]}"
 rc=$?
 [ -n "${MONITOR:-}" ] && kill "$MONITOR" 2>/dev/null

@@ -1,7 +1,7 @@
-"""Issue 24's inference-cost study in numbers (docs/studies/ilr-table1-inference.md), from a
+"""Issue 24's inference-cost study in numbers (results/ilr-table1-inference/README.md), from a
 study folder trained with --exit-eps and --kv-share none,first:W:
 
-    python benchmarks/inference_study.py results/ilr-table1-inference [--eps 1e-2]
+    python results/ilr-table1-inference/inference_study.py results/ilr-table1-inference [--eps 1e-2]
 
 Prints three markdown tables, every interval a 95 % Student-t interval over seeds:
   1. per map and memory setting: validation perplexity; under exit at the threshold each

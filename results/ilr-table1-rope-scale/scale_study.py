@@ -1,9 +1,9 @@
 """A study past 25 M tokens on one GPU: every candidate's seeds packed into one training,
 the candidates run side by side on the device, each rung's rows appended as it ends.
 
-    python benchmarks/scale_study.py --results-dir DIR [--parallel 11] [--deadline 420]
-    python benchmarks/scale_study.py --results-dir DIR --tiny --device cpu   # the CPU check
-    python benchmarks/scale_study.py --results-dir DIR --arm NAME="FLAGS" --arm ...   # several studies
+    python results/ilr-table1-rope-scale/scale_study.py --results-dir DIR [--parallel 11] [--deadline 420]
+    python results/ilr-table1-rope-scale/scale_study.py --results-dir DIR --tiny --device cpu   # the CPU check
+    python results/ilr-table1-rope-scale/scale_study.py --results-dir DIR --arm NAME="FLAGS" --arm ...   # several studies
 
 Each ``--arm NAME="FLAGS"`` is a study folder ``DIR/NAME`` whose protocol is the one below
 with ``FLAGS`` (searchmaps.run flags: ``--data``, ``--tokenizer``, ``--seq-len``, ``--lr``, ...)
@@ -29,12 +29,10 @@ import os
 import shlex
 import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from searchmaps.cli import build_plan, build_search_parser  # noqa: E402
-from searchmaps.results import RunsFile, read_runs  # noqa: E402
+from searchmaps.cli import build_plan, build_search_parser
+from searchmaps.results import RunsFile, read_runs
 
 LADDER = "1.6e6,3.2e6,6.4e6,12.8e6,25.6e6"
 TINY = ["--layers", "4", "--d-model", "32", "--heads", "2", "--seq-len", "32", "--batch-size", "4",
