@@ -383,7 +383,7 @@ def build_search_parser() -> Parser:
                    help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
                         "the most expensive and a random one in turn), or fair (every layer's repeat values "
                         "equally often, FairNAS); default sandwich (uniform with --split depth), the best ranking "
-                        "over both committed comparisons (results/supernet-methods/README.md)")
+                        "over both committed comparisons (docs/studies/supernet-methods.md)")
     w.add_argument("--distill", action=argparse.BooleanOptionalAction, default=None,
                    help="in-place distillation: every step trains the deepest map on the labels and the step's other "
                         "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions "
@@ -462,7 +462,7 @@ def add_split_args(w) -> None:
 def check_supernet_args(args: argparse.Namespace) -> None:
     """The supernet flags (searchmaps.run --prescreen, searchmaps.supernet), their defaults
     resolved: sandwich sampling with in-place distillation (the best of the committed
-    comparison, results/supernet-methods/README.md); uniform, undistilled, with --split depth
+    comparison, docs/studies/supernet-methods.md); uniform, undistilled, with --split depth
     (a depth group has no cheapest and dearest map to sandwich)."""
     args.distill_given = args.distill is not None
     if args.sampling is None:
