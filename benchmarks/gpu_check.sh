@@ -64,7 +64,7 @@ left=$(( ${BUDGET:-560} - ($(date +%s) - t0) - 20 ))
 [ "$left" -lt "$DEADLINE" ] && DEADLINE=$left
 [ "$DEADLINE" -lt 10 ] && DEADLINE=10
 stamp "(c) scale study (compile $COMPILE, deadline $DEADLINE s)"
-$PY benchmarks/scale_study.py --results-dir "$STUDY_DIR" "${STUDY[@]}" --compile "$COMPILE" --deadline "$DEADLINE" --data "$DATA"
+$PY results/ilr-table1-rope-scale/scale_study.py --results-dir "$STUDY_DIR" "${STUDY[@]}" --compile "$COMPILE" --deadline "$DEADLINE" --data "$DATA"
 rc=$?
 tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" .
 stamp "done (study exit $rc: 0 finished, 3 stopped at its deadline)"

@@ -18,22 +18,20 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import torch  # noqa: E402
+import torch
 
-from searchmaps.config import ModelConfig, TrainConfig, TrialSpec  # noqa: E402
-from searchmaps.data import load_corpus  # noqa: E402
-from searchmaps.device import resolve_device  # noqa: E402
-from searchmaps.flops import train_flops_per_token  # noqa: E402
-from searchmaps.schedule import make_ladder, tokens_per_step  # noqa: E402
-from searchmaps.train.ladder import Training  # noqa: E402
-from searchmaps.train.packed import PackedHistory, PackedTraining  # noqa: E402
-from searchmaps.train.records import History  # noqa: E402
+from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
+from searchmaps.data import load_corpus
+from searchmaps.device import resolve_device
+from searchmaps.flops import train_flops_per_token
+from searchmaps.schedule import make_ladder, tokens_per_step
+from searchmaps.train.ladder import Training
+from searchmaps.train.packed import PackedHistory, PackedTraining
+from searchmaps.train.records import History
 
 
 def spec_for(reuse: str, seed: int, precision: str, compile: bool, device: str, threads: int) -> TrialSpec:

@@ -374,7 +374,7 @@ class TrainConfig:
     eval_tokens: int = 32_768  # held-out tokens per validation (fixed windows)
     precision: Precision = "bf16"
     compile: bool = True  # torch.compile each decoder layer (one compile serves every map)
-    schedule: Schedule = "wsd"  # wsd: warm-up, constant, cooldown (benchmarks/schedules.py); cosine: warm-up, decay
+    schedule: Schedule = "wsd"  # wsd: warm-up, constant, cooldown (experiments/schedules/schedules.py); cosine: warm-up, decay
     cooldown_frac: float = 0.2  # wsd: share of the horizon's steps in the cooldown
     cooldown_shape: CooldownShape = "1-sqrt"  # wsd: 1 - sqrt(progress) (Hagele et al. 2024) or linear
     warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung

@@ -22,7 +22,7 @@ ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
          "samplers", "plan",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences",
-         "report.figures", "report.summary", "report.page", "report.ranking", "report.planned", "report.horizons",
+         "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.horizons",
          "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
          "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
          "cli.supernet", "train.__main__", "report.__main__", "data.__main__", "run", "supernet.__main__"]

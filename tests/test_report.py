@@ -204,6 +204,71 @@ def test_report_html_is_self_contained_and_says_the_result(realistic):
     assert "class=warn" not in page and rep.warnings == ()  # the t-test can reject with 5 seeds
 
 
+NUMBERS = re.compile(r"[-+]?\d[\d,.]*(?:e[-+]?\d+)?")
+
+
+def cell_text(fragment: str) -> str:
+    """An HTML cell or list item as plain text (tags dropped, entities read)."""
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", "", re.sub(r"<br>|</t[dh]>", " ", fragment))).split())
+
+
+def assert_markdown_carries_the_page(folder: Path) -> str:
+    """report.md beside report.html: small, with the page's result paragraph, every table
+    row's numbers (in order, on one table line), every protocol line and every figure by name."""
+    page = (folder / "report.html").read_text(encoding="utf-8")
+    md = (folder / "report.md").read_text(encoding="utf-8")
+    assert len(md.encode()) < 40_000 < 3_000_000 < len(page.encode())  # no plotly.js in the Markdown
+    assert "<script" not in md and "<table" not in md and "<td>" not in md
+    assert result_text(page) in md  # the sentences, `code` and all
+    md_rows = [NUMBERS.findall(line) for line in md.splitlines() if line.startswith("| ")]
+    html_rows = re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S)
+    assert html_rows and len(md_rows) >= len(html_rows)
+    for row in html_rows:
+        values = NUMBERS.findall(cell_text(row))
+        assert values in md_rows, (cell_text(row), values)
+    protocol = re.search(r"<ul class=protocol>(.*?)</ul>", page, re.S).group(1)
+    for item in re.findall(r"<li[^>]*>(.*?)</li>", protocol, re.S):
+        assert cell_text(item) in cell_text(md.replace("`", "")), cell_text(item)
+    for heading in re.findall(r"<h2>([^<]*)</h2><p class=caption>(?:(?!</p>).)*</p><div", page, re.S):
+        assert f"- **{html.unescape(heading)}**: " in md  # each figure, by name and caption
+    return md
+
+
+def test_report_md_carries_the_sentences_and_every_table_row(realistic):
+    folder, _ = realistic
+    md = assert_markdown_carries_the_page(folder)
+    assert md.startswith("# Reuse-map search: ilr4\n\n## Result\n\n")
+    assert "| # | candidate |" in md and "`4,2,1,1\\|rope`" in md  # the pipe in a name escaped in the table
+    assert "## Runs that did not finish" in md and "[summary.csv](summary.csv)" in md
+
+
+def test_report_md_of_planned_comparisons_and_a_warning(tmp_path):
+    folder = make_study(tmp_path / "pl", realistic_results(3), budget=900_000)
+    write_report(folder, method="signflip", planned=["4,2,1,1/2,2,2,2", "all/1,1,1,1"])
+    md = assert_markdown_carries_the_page(folder)
+    assert "## Planned comparisons" in md and md.count("> **Warning:** ") == 1
+
+
+def test_a_supernet_page_gets_its_report_md(tmp_path):
+    from searchmaps.report import supernet
+
+    rng = np.random.default_rng(0)
+    maps, applied = ["1,1,1,1", "2,1,1,1", "1,2,1,1", "2,2,1,1", "4,2,1,1"], [4, 5, 5, 6, 8]
+    scores = pd.DataFrame([{"map": m, "pe": "rope", "seed": s, "sampling": "uniform", "space": "ilr4",
+                            "val_loss": 2.6 - 0.02 * a + rng.normal(0, 0.01), "flops_per_token": 600_000 * a,
+                            "kv_bytes_per_token": 1024 * a, "supernet_steps": 146, "supernet_tokens": 299_008,
+                            "supernet_train_flops": 1e12, "supernet_wall_s": 60.0, "score_s": 3.0}
+                           for s in range(3) for m, a in zip(maps, applied)])
+    scores["candidate"] = scores["map"] + "|rope"
+    truth = pd.DataFrame([{"candidate": f"{m}|rope", "map": m, "seed": s, "val_loss": 2.5 - 0.015 * a
+                           + rng.normal(0, 0.02)} for s in range(5) for m, a in zip(maps, applied)])
+    (tmp_path / "sn").mkdir()
+    supernet.write_page(tmp_path / "sn", scores, truth, "results/stand-alone", budget=5e6)
+    md = assert_markdown_carries_the_page(tmp_path / "sn")
+    assert md.startswith("# Supernet: sn") and "`python -m searchmaps.supernet`" in md
+    assert "[supernet_validation.csv](supernet_validation.csv)" in md
+
+
 # ---------------------------------------------------------------------------- two families
 
 
@@ -471,7 +536,7 @@ def test_every_file_is_replaced_atomically(realistic, tmp_path, monkeypatch):
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError, match="disk full"):
         write_report(folder, planned=["all/1,1,1,1"])
-    assert [dst.name for _, dst in replaced] == ["summary.csv", "planned.csv", "report.html"]
+    assert [dst.name for _, dst in replaced] == ["summary.csv", "planned.csv", "report.md", "report.html"]
     assert all(src.parent == folder and src.name.endswith(".tmp") for src, _ in replaced)
     assert (folder / "report.html").read_bytes() == old_page  # the old page, whole
     assert not list(folder.glob("*.tmp"))  # no temporary file left behind
@@ -659,6 +724,7 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     assert "predicts" in page  # the deep map is predicted to pass others (or the page says no change)
     # the report's own analysis is at the last horizon
     assert set(report.summary["candidate"]) == set(by_rung[2])
+    assert "## Ranks by horizon" in assert_markdown_carries_the_page(study)
 
 
 def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trends(tmp_path):

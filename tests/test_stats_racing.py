@@ -101,7 +101,7 @@ def test_racing_matches_the_full_factorial_with_fewer_trainings():
 def test_racing_with_the_default_rule_finds_the_top_group_with_half_the_trainings():
     """Eleven maps, one truly better by 3 noise sd: racing (the default rule) ends with the
     full factorial's top group in >= 93 % of races using <= 55 % of its trainings (measured
-    over 200 races: 0.995 and 0.49; benchmarks/racing_simulation.py has the other sizes)."""
+    over 200 races: 0.995 and 0.49; experiments/racing/racing_simulation.py has the other sizes)."""
     rng = np.random.default_rng(33)
     means = np.zeros(11)
     means[0] = -3.0

@@ -399,7 +399,7 @@ def test_with_three_seeds_and_unequal_noise_the_report_names_t3_and_no_longer_an
 
 @pytest.mark.parametrize("k, n, count", [(5, 3, 4000), (11, 3, 4000), (5, 4, 10000)])
 def test_with_three_or_four_seeds_and_1_to_4_noise_the_default_rule_holds_alpha_where_tukey_alone_did_not(k, n, count):
-    """The calibration grid's failing cells before 2026-12-04 (benchmarks/calibration.py):
+    """The calibration grid's failing cells before 2026-12-04 (experiments/calibration/calibration.py):
     a third of the maps with 4x the others' noise sd, all maps equal. The default rule (T3
     at <= 4 shared seeds) stays within alpha + 2.5 Monte Carlo SE; the same rule with
     Tukey's value alone (``t3_seeds=0``, the rule until then) does not (measured 0.066,

@@ -127,7 +127,7 @@ def add_supernet_args(w) -> None:
                    help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
                         "the most expensive and a random one in turn), or fair (every layer's repeat values "
                         "equally often, FairNAS); default sandwich (uniform with --split depth), the best ranking "
-                        "over both committed comparisons (docs/studies/supernet-methods.md)")
+                        "over both committed comparisons (results/supernet-methods/README.md)")
     w.add_argument("--distill", action=argparse.BooleanOptionalAction, default=None,
                    help="in-place distillation: every step trains the deepest map on the labels and the step's other "
                         "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions "

@@ -64,7 +64,7 @@ def build_parser() -> Parser:
     p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
                    help=f"the rule that picks the top group, for racing, promotion and the report (default "
                         f"{DEFAULT_RULE}: {RULES[DEFAULT_RULE].help}; calibrated when maps differ in seed noise, "
-                        f"benchmarks/README.md)")
+                        f"experiments/calibration/README.md)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
     p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     add_horizon_args(p.add_argument_group("protocol"), search=True)

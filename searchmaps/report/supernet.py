@@ -3,7 +3,7 @@
 stand-alone rows for some of those maps — how far the supernet's ranking can be trusted
 (``supernet_validation.csv``, a scatter of the two, one sentence): :func:`section`.
 A supernet study with no stand-alone rows of its own gets a page of just this
-(:func:`write_page`, called by ``python -m searchmaps.supernet``)."""
+(:func:`write_page`, called by ``python -m searchmaps.supernet``: report.html and report.md)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import pandas as pd
 from .. import stats
 from ..results import ResultsError, atomic_write_text
 from ..stats import DEFAULT_RULE
+from .markdown import from_html, render_markdown
 from .page import render_page
 from .section import Section, code, html_table
 from .summary import pareto_optimal
@@ -256,7 +257,7 @@ def budget_of(info: dict) -> float | None:
 def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = None, against: str | None = None,
                rule: str = DEFAULT_RULE, alpha: float = 0.05, budget: float | None = None,
                extra: dict | None = None) -> Path:
-    """``report.html`` of a supernet study folder (no stand-alone rows of its own): the
+    """``report.html`` and ``report.md`` of a supernet study folder (no stand-alone rows of its own): the
     Pareto front over the whole space and, with ``truth`` (the stand-alone rows of the
     study ``against``), the scatter, the trust sentence and ``supernet_validation.csv``
     (``extra``: columns added to it, e.g. the landmarks of ``--landmarks``, which the page
@@ -311,13 +312,17 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                         f"intervals: 95 % bootstrap over supernet and stand-alone seeds. The ceiling: the τ "
                         f"between the mean losses of two disjoint halves of the stand-alone seeds, over every split "
                         f"(or {stats.N_BOOT} random ones), with the spread over splits.")
-    page = render_page(f"Supernet: {study_dir.name}",
-                       [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])], protocol,
-                       footer='<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
-                              + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
-                                 if agreement is not None else "") + ".</p>")
+    title = f"Supernet: {study_dir.name}"
+    sections = [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])]
+    footer = ('<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
+              + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
+                 if agreement is not None else "") + ".</p>")
+    page = render_page(title, sections, protocol, footer=footer)
     for name, text in files.items():
         atomic_write_text(study_dir / name, text)
+    atomic_write_text(study_dir / "report.md",
+                      render_markdown(title, sections, protocol, files=from_html(footer),
+                                      rebuild="`python -m searchmaps.supernet` with the study's flags rebuilds it"))
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return out

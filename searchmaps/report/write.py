@@ -1,7 +1,7 @@
 """One call from a study folder to its report: the statistics, then each section of the
 page in order (:mod:`~searchmaps.report.ranking`, :mod:`~searchmaps.report.planned`,
 :mod:`~searchmaps.report.horizons`, :mod:`~searchmaps.report.tuning`,
-:mod:`~searchmaps.report.supernet`), then every section's files and ``report.html``, each
+:mod:`~searchmaps.report.supernet`), then every section's files, ``report.md`` and ``report.html``, each
 written atomically (a reader, or a crash, sees the old file or the new one, never half of
 one) here and nowhere else. Attaching the figure to the Optuna study is the
 caller's business (:func:`searchmaps.study.attach_figure`): this package knows no Optuna.
@@ -22,6 +22,7 @@ from . import exit as exit_section
 from . import horizons, ranking, supernet, tuning
 from . import planned as planned_section
 from .figures import separable, separated_front
+from .markdown import render_markdown
 from .page import render_page
 from .section import Section
 from .sentences import cannot_reject_sentence, protocol_sentences
@@ -67,7 +68,7 @@ def _check_settings(alpha: float, method: str, correction: str) -> None:
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
                  reference: str | None = None, planned=None, target: float | None = None, rule: str | None = None,
                  target_effect: str | None = None, published_sd: float | None = None) -> Report:
-    """Write ``summary.csv``, ``report.html`` and (with planned comparisons, given here
+    """Write ``summary.csv``, ``report.md``, ``report.html`` and (with planned comparisons, given here
     as ``--planned`` specs or registered in study.json) ``planned.csv`` into
     ``study_dir``; the report describes the study's last horizon (see
     :mod:`searchmaps.report.summary`). ``correction`` must be family-wise: holm or
@@ -158,12 +159,13 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         sections.append(Section(sentences=[planning["sentence"]]))
     sections.append(ranking.failures(runs))
 
-    for sec in sections:  # every file but report.html, each from the one section that makes it
+    for sec in sections:  # every file but the pages, each from the one section that makes it
         for file_name, text in sec.files.items():
             atomic_write_text(study_dir / file_name, text)
-    page = render_page(f"Reuse-map search: {name}", sections,
-                       protocol_sentences(info, runs, ok, res, second_name, correction, _configs(records, ok)),
-                       list(warnings))
+    title = f"Reuse-map search: {name}"
+    protocol = protocol_sentences(info, runs, ok, res, second_name, correction, _configs(records, ok))
+    atomic_write_text(study_dir / "report.md", render_markdown(title, sections, protocol, list(warnings)))
+    page = render_page(title, sections, protocol, list(warnings))
     out = study_dir / "report.html"
     atomic_write_text(out, page)
     return Report(path=out, summary=summary, planned=planned_df, pareto_figure=main.figures[0][1], info=info,

@@ -4,7 +4,7 @@ The flags (``--sampling``, ``--distill``, ``--split``, ``--split-budget``,
 ``--finetune-tokens``, ``--landmarks``) become one record with its defaults resolved and
 its combinations checked, each refusal naming its flag; the supernet's functions take the
 record instead of its fields as loose keywords. The defaults are the best of the committed
-comparison (docs/studies/supernet-methods.md): sandwich sampling with in-place
+comparison (results/supernet-methods/README.md): sandwich sampling with in-place
 distillation; with ``--split depth`` uniform and undistilled (a depth group has no
 cheapest and dearest map to sandwich). Pure: no torch, no flags.
 """

@@ -4,7 +4,7 @@ Every rule takes the ``seeds x candidates`` matrix of one metric (lower is bette
 on seed) and returns the **top group**: the candidates it cannot rule out as the best, as
 one :class:`TopGroup` whatever the rule. The family-wise error the project holds them to:
 the chance that the group drops ANY map truly as good as the best (all maps equal, or
-some tied with the best and the rest worse), at most alpha. ``benchmarks/calibration.py``
+some tied with the best and the rest worse), at most alpha. ``experiments/calibration/calibration.py``
 measures every rule against it.
 
 The rules (:data:`RULES`, name -> :class:`Rule`; one module each in

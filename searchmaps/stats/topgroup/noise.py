@@ -35,7 +35,7 @@ def _spreads(x: np.ndarray) -> np.ndarray:
 
 
 # where pooling starts to fail: hsd's FWER is 0.082 at a true 1.5x spread of per-map noise sd and 0.113
-# at 2x (11 maps x 5 seeds, a third of them noisy, 2,000 studies; 0.045 at 1x): benchmarks/calibration.py
+# at 2x (11 maps x 5 seeds, a third of them noisy, 2,000 studies; 0.045 at 1x): experiments/calibration/calibration.py
 NOISE_SPREAD = 1.5
 
 

@@ -12,8 +12,8 @@ at 4). With so few seeds a 4x noise spread cannot be told from chance, and Tukey
 shared-denominator value is too small for statistics with separate ones: with 1:4 noise,
 all maps equal, Tukey's value alone dropped a map tied with the best in 6.6 % (5 maps) and
 7.3 % (11 maps) of studies at 3 seeds and 5.9 % at 4 (5 maps); T3 gives 2.9-4.6 % there, and
-over the k - 1 comparisons alone still 6.5 % at 3 seeds x 11 maps (benchmarks/calibration.py,
-benchmarks/README.md). From 5 seeds nothing changes, so neither does the power there.
+over the k - 1 comparisons alone still 6.5 % at 3 seeds x 11 maps (experiments/calibration/calibration.py,
+experiments/calibration/README.md). From 5 seeds nothing changes, so neither does the power there.
 
 All of its arithmetic is here: :func:`moderated_pairs` sets up every pair, which both the
 decisions (:func:`pair_tests`) and the p-values (:meth:`Moderated.simultaneous_pvalues`)
@@ -120,7 +120,7 @@ def pair_tests(x: np.ndarray, alpha: float = 0.05, moderate: bool = True, t3_see
     means at the pair's dof over sqrt 2 (Games-Howell's), and for a pair sharing at most
     ``t3_seeds`` seeds at least Šidák's t (Dunnett's T3; :func:`moderated_pairs`). Without
     ``moderate`` this is the Games-Howell comparison with the best (liberal with few seeds:
-    0.16 at 11 maps x 3 seeds, benchmarks/calibration.py).
+    0.16 at 11 maps x 3 seeds, experiments/calibration/calibration.py).
 
     Returns arrays: ``best`` (studies,), ``keep`` (studies, k; the best kept, and any
     candidate sharing fewer than 2 seeds with it), ``gap`` (mean paired difference to the
@@ -156,7 +156,7 @@ class Moderated(Rule):
             "(Dunnett's T3 with at most 4 shared seeds)")
     per_pair = True
     # no few_seeds caveat: with T3 at <= 4 shared seeds its FWER is at most alpha + 2 SE in every cell of
-    # benchmarks/calibration.py (3, 4, 5 and 10 seeds; results/calibration-2026-12-04.txt)
+    # experiments/calibration/calibration.py (3, 4, 5 and 10 seeds; experiments/calibration/calibration-2026-12-04.txt)
 
     def top_group(self, mat: pd.DataFrame, alpha: float = 0.05) -> TopGroup:
         """On a matrix that may be unbalanced (a raced study: each pair uses the seeds it
