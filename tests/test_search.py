@@ -217,7 +217,7 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path, ray_
     assert_study_closed(trials(results, "k"))
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_fault_injection_kills_at_every_point_lose_and_repeat_nothing(space_file, tmp_path, ray_env, storage,
                                                                       request):
     """Kill -9 the driver (or its whole process group, local Ray included) at Ray start-up,
@@ -245,7 +245,7 @@ def test_fault_injection_kills_at_every_point_lose_and_repeat_nothing(space_file
     assert (results / "f" / "report.html").is_file()
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_two_drivers_on_one_study_split_the_work(space_file, tmp_path, ray_env, storage, request):
     """Two identical commands started at the same instant on one study: every pair is
     trained exactly once, both exit 0, and each folder's runs.csv holds every row once."""
@@ -589,7 +589,7 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
 # ---------------------------------------------------------------------------- told once, rebuilt, waited for
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_values(space_file, tmp_path, ray_env,
                                                                                         storage, request):
     """Killed once after the last rung of a ladder is stored but before its candidate is
