@@ -2,6 +2,7 @@
 # One-command set-up and tasks for searchmaps on a machine with Python >= 3.10 and pip.
 #   bash dev.sh demo   set up .venv, then run a small search on the built-in data
 #   bash dev.sh test   set up .venv, then run the test suite
+#   bash dev.sh test fast   the same without the e2e, postgres, browser, wheel and cuda tiers (minutes, for a developer)
 #   bash dev.sh setup  only set up .venv
 #   bash dev.sh data english   install the Debian documentation packages of --data english (apt-get), then build it
 set -euo pipefail
@@ -66,8 +67,12 @@ case "$task" in
     ;;
   test)
     setup
+    if [ "${1:-}" = fast ]; then
+      shift
+      exec "$VENV/bin/python" -m pytest -q -m "not (e2e or postgres or browser or wheel or cuda)" "$@"
+    fi
     exec "$VENV/bin/python" -m pytest -q "$@"
     ;;
   data) data "$@" ;;
-  *) sed -n '2,6p' "$0"; exit 2 ;;
+  *) sed -n '2,7p' "$0"; exit 2 ;;
 esac

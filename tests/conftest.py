@@ -13,6 +13,19 @@ import pytest
 from searchmaps.data import load_corpus
 
 
+# ---------------------------------------------------------------------------- tiers
+
+# a test that uses one of these fixtures is in that tier (pyproject.toml registers the markers;
+# ``bash dev.sh test fast`` leaves out e2e, postgres, browser, wheel and cuda)
+TIER_OF_FIXTURE = {"ray_cluster": "e2e", "ray_env": "e2e", "postgres_server": "postgres"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        for fixture in set(getattr(item, "fixturenames", ())) & TIER_OF_FIXTURE.keys():
+            item.add_marker(TIER_OF_FIXTURE[fixture])
+
+
 @pytest.fixture(scope="session")
 def corpus():
     return load_corpus("stdlib")

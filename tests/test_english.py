@@ -235,6 +235,7 @@ def test_a_bad_slice_is_one_line():
     ["-m", "searchmaps.train", "--data", "english", "--tokenizer", "bpe:1024"],
     ["-m", "searchmaps.data", "prepare", "--data", "english", "--tokenizer", "bpe:1024", "--out", "OUT"],
 ])
+@pytest.mark.e2e
 def test_missing_packages_stop_with_one_line_and_write_nothing(tmp_path, command, installed):
     root = fake_root(tmp_path, packages=[p for p in english.PACKAGES if p.name == "fortunes"])
     out = tmp_path / "out"

@@ -202,6 +202,7 @@ def test_bad_exit_flags_are_one_line_naming_the_flag_and_exit_2(tmp_path, capsys
     assert not runs.exists()
 
 
+@pytest.mark.e2e
 def test_the_train_command_writes_the_exit_columns(tmp_path):
     runs = tmp_path / "runs.csv"
     proc = run_cli("train", "--layers", "2", "--map", "2,2", "--d-model", "16", "--heads", "2", "--seq-len", "16",

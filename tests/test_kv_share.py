@@ -272,6 +272,7 @@ def test_the_train_command_refuses_a_bad_window(tmp_path, capsys, bad):
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.e2e
 def test_the_train_command_trains_a_shared_map(tmp_path):
     """As a user runs it, in a process of its own: the row says the setting."""
     from searchmaps.results import read_runs

@@ -15,7 +15,7 @@ from searchmaps.ledger import (GRACE_S, _meta, Ledger, StorageError, check_stora
                                storage_fault)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'optuna.db'}"

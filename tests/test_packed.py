@@ -182,6 +182,7 @@ def test_packed_specs_must_be_one_candidate(corpus):
         train_packed([tiny_spec(seed=0), tiny_spec(seed=0)], None, corpus)
 
 
+@pytest.mark.e2e
 def test_the_train_command_packs_seeds_and_appends_their_rows(tmp_path):
     runs = tmp_path / "study" / "runs.csv"
     args = ["--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32", "--batch-size", "4",

@@ -203,6 +203,7 @@ PRESET_TRAIN = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.01, 
                 "eval_protocol": "ilr"}
 
 
+@pytest.mark.e2e
 def test_the_ilr_small_preset_trains_and_every_row_reads_back_its_recipe(tmp_path):
     text, runs = tmp_path / "prose.txt", tmp_path / "runs.csv"
     _text(text)

@@ -323,6 +323,7 @@ def test_family_sentences_name_each_pair_in_either_direction():
     assert family_sentences(planned.iloc[2:], 28) == []
 
 
+@pytest.mark.e2e
 def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     # results/ilr-table1-rope-flops: runs.csv from before run ids (a candidate column, no
     # run_id, rung or role). On perplexity 1,1,1,2 vs the baseline was worse in the planned
@@ -380,6 +381,7 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
 
 
 @pytest.mark.parametrize("test", ["wilcoxon", "signflip"])
+@pytest.mark.e2e
 def test_an_exact_test_that_cannot_reject_is_said_loudly(realistic, tmp_path, test):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
@@ -410,6 +412,7 @@ def test_an_exact_test_that_can_reject_gives_no_warning(tmp_path):
 # ---------------------------------------------------------------------------- command line
 
 
+@pytest.mark.e2e
 def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
@@ -424,6 +427,7 @@ def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     assert summary.loc["2,1,1,1|rope", "diff_to_reference"] == 0
 
 
+@pytest.mark.e2e
 def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path):
     import optuna
     from optuna_dashboard._custom_plot_data import get_plotly_graph_objects
@@ -504,6 +508,7 @@ def corrupt(kind: str, folder: Path) -> None:
     (["{empty_study_json}"], "study.json is damaged"),
     (["{damaged_study_json}"], "study.json is damaged"),
 ])
+@pytest.mark.e2e
 def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, what):
     folders = {"failed": make_study(tmp_path / "failed", {"1,1|rope": [None, None]}),
                "good": make_study(tmp_path / "good", {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})}

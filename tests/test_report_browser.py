@@ -18,6 +18,8 @@ from searchmaps.report import write_report
 
 ARTIFACTS = Path(__file__).parent / "artifacts"
 
+pytestmark = pytest.mark.browser
+
 
 def chromium() -> str:
     path = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -1,7 +1,9 @@
 """The search end to end with real Ray and real Optuna storage, on tiny models.
 
 In-process searches join one Ray instance started with ``ray start --head`` (the cluster
-path); tests that kill or interrupt the command run it as users do, with its own Ray.
+path), and so do commands run in a subprocess where the test is about the storage; tests
+of the command's own Ray (a kill -9 that orphans it, group kills that take it down,
+signals, a full disk under its folder, its dying workers) run it as users do.
 The study side without Ray (proposals, trial bookkeeping) is tested on a real SQLite
 storage at the bottom.
 """
@@ -217,43 +219,55 @@ def test_kill_9_then_resume_loses_and_repeats_nothing(space_file, tmp_path, ray_
     assert_study_closed(trials(results, "k"))
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def test_fault_injection_kills_at_every_point_lose_and_repeat_nothing(space_file, tmp_path, ray_env, storage,
                                                                       request):
-    """Kill -9 the driver (or its whole process group, local Ray included) at Ray start-up,
-    after a claim, between storing a result and runs.csv, after telling a trial and during
-    the report; after each, run the same command again. At the end every (candidate, seed)
-    is in runs.csv exactly once and every candidate is told exactly once."""
+    """Kill -9 the driver (or its whole process group, local Ray included; on PostgreSQL
+    the driver joins the shared Ray head, so a group is the driver alone) at Ray start-up,
+    after a claim, between storing a result and runs.csv (twice), after telling a trial and
+    during the report; after each, run the same command again. Every kill must land: the
+    order leaves each point work to reach (a run that finished instead fails the test). At
+    the end every (candidate, seed) is in runs.csv exactly once and every candidate is told
+    exactly once."""
     url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
     results = tmp_path / "results"
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
             "--precision", "fp32", "--quiet", "--seeds", "2", "--study", "f", "--workers", "2"]
     if url:
-        args += ["--storage", url]
-    kills = ["ray-start", "claimed:2:group", "recorded:1", "told:1:group", "recorded:2:group", "report"]
+        args += ["--storage", url, "--ray-address", request.getfixturevalue("ray_cluster")]
+    runs = results / "f" / "runs.csv"
+    # recorded:2 before told:1: after it at least three units are left, so some candidate is still to be told
+    kills = ["ray-start", "claimed:2:group", "recorded:1", "recorded:2:group", "told:1:group", "report"]
     for kill in kills:
         proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT=kill), popen=True)
         out, err = proc.communicate(timeout=600)
-        if proc.returncode == 0:  # nothing was left to reach that point
-            continue
-        assert proc.returncode == -signal.SIGKILL, f"{kill}: {err[-2000:]}"
+        assert proc.returncode == -signal.SIGKILL, f"{kill} did not fire (exit {proc.returncode}): {err[-2000:]}"
+        done = len(read_runs(runs))
+        if kill == "ray-start":
+            assert done == 0  # killed before anything trained
+        elif kill == "report":
+            assert done == 6 and not (results / "f" / "report.html").exists()  # all trained, no report yet
+        else:
+            assert done < 6, kill
     final = run_cli("run", *args, env=ray_env)
     assert final.returncode == 0, final.stderr[-2000:]
     assert "Traceback" not in final.stderr
-    assert_each_pair_once(read_runs(results / "f" / "runs.csv"))
+    assert_each_pair_once(read_runs(runs))
     assert_study_closed(trials(results, "f", url))
     assert (results / "f" / "report.html").is_file()
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
-def test_two_drivers_on_one_study_split_the_work(space_file, tmp_path, ray_env, storage, request):
-    """Two identical commands started at the same instant on one study: every pair is
-    trained exactly once, both exit 0, and each folder's runs.csv holds every row once."""
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_two_drivers_on_one_study_split_the_work(ray_cluster, space_file, tmp_path, ray_env, storage, request):
+    """Two identical commands started at the same instant on one study (on the shared Ray
+    head: what is shared here is the storage): every pair is trained exactly once, both
+    exit 0, and each folder's runs.csv holds every row once."""
     url = request.getfixturevalue("postgres_url") if storage == "postgresql" else None
     folders = [tmp_path / "a", tmp_path / "b"] if url else [tmp_path / "a", tmp_path / "a"]
     procs = []
     for results in folders:
-        args = common(space_file, results, "--seeds", "2", "--study", "two", "--workers", "1")
+        args = common(space_file, results, "--seeds", "2", "--study", "two", "--workers", "1",
+                      "--ray-address", ray_cluster)
         procs.append(run_cli("run", *(args + (["--storage", url] if url else [])), env=ray_env, popen=True))
     outs = [p.communicate(timeout=600) for p in procs]
     for p, (out, err) in zip(procs, outs):
@@ -520,10 +534,11 @@ def test_promotion_continues_runs_and_matches_the_full_ladder_bit_for_bit(ray_cl
     assert not list((results / "promo").rglob("*.pt"))  # no saved state left once the study is done
 
 
-def test_a_ladder_killed_mid_way_resumes_without_repeating_a_row(space_file, tmp_path, ray_env):
+def test_a_ladder_killed_mid_way_resumes_without_repeating_a_row(ray_cluster, space_file, tmp_path, ray_env):
     results = tmp_path / "results"
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
-            "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "lk", "--workers", "1", *LADDER_ARGS]
+            "--precision", "fp32", "--quiet", "--seeds", "1", "--study", "lk", "--workers", "1",
+            "--ray-address", ray_cluster, *LADDER_ARGS]
     # killed after the first ladder's second rung
     proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="recorded:2"), popen=True)
     proc.communicate(timeout=600)
@@ -589,9 +604,10 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
 # ---------------------------------------------------------------------------- told once, rebuilt, waited for
 
 
-@pytest.mark.parametrize("storage", ["sqlite", "postgresql"])
-def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_values(space_file, tmp_path, ray_env,
-                                                                                        storage, request):
+@pytest.mark.parametrize("storage", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_values(ray_cluster, space_file,
+                                                                                        tmp_path, ray_env, storage,
+                                                                                        request):
     """Killed once after the last rung of a ladder is stored but before its candidate is
     told (the rung values are on a trial the resume closes), then twice right after
     Optuna's tell returned but before the storage says the candidate is told: after the
@@ -600,7 +616,7 @@ def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_
     results = tmp_path / "results"
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(results), "--compile", "off",
             "--precision", "fp32", "--quiet", "--no-report", "--seeds", "1", "--study", "t", "--workers", "1",
-            *LADDER_ARGS] + (["--storage", url] if url else [])
+            "--ray-address", ray_cluster, *LADDER_ARGS] + (["--storage", url] if url else [])
     killed = 0
     for kill in ["recorded:3:group", "optuna-told:1:group", "optuna-told:2:group"]:
         proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT=kill), popen=True)

@@ -66,7 +66,7 @@ def test_units_of_either_spelling_are_one_unit():
     assert len({Unit(cand, 0), Unit(cand, 0, role="eval")}) == 1
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def url(request, tmp_path):
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'optuna.db'}"

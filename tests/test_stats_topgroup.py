@@ -8,8 +8,8 @@ import pandas as pd
 import pytest
 
 from searchmaps.stats.topgroup import (DEFAULT_RULE, RULES, Rule, TopGroup, detectable_effect, dunnett_critical, fit_f_dist,
-                                 noise_check, register, residual_sd, rule_detail, seeds_needed, sidak_t_critical,
-                                 srange_critical, studentized_range_critical, top_group, top_groups, unregister)
+                                       get_rule, noise_check, register, residual_sd, rule_detail, seeds_needed, sidak_t_critical,
+                                       srange_critical, studentized_range_critical, top_group, top_groups, unregister)
 
 
 def matrix(x) -> pd.DataFrame:
@@ -337,8 +337,19 @@ def test_every_rule_is_monotone_in_alpha(rule):
 
 @pytest.mark.parametrize("rule", RULES)
 def test_every_rule_has_a_finite_detectable_difference(rule):
-    d = detectable_effect(separated(0), rule)
+    """The detectable difference is what it says: the study's residual sd (by hand) times
+    the gap that an independent simulation (other noise draws) finds the rule leaving a map
+    out at with 80 % power, when the other five are tied with the best."""
+    x = separated(0)
+    d = detectable_effect(x, rule)
     assert 0 < d["mde"] < 3.0 and d["rule"] == rule  # below the loser's gap it rules out
+    v = x.to_numpy()
+    resid = v - v.mean(axis=0) - v.mean(axis=1, keepdims=True) + v.mean()
+    assert d["sd"] == pytest.approx(math.sqrt((resid ** 2).sum() / (7 * 5)), rel=1e-12)
+    y = np.random.default_rng(7).normal(0, d["sd"], size=(4000, 8, 6))
+    y[:, :, 0] += d["mde"]
+    left_out = float(np.mean(~get_rule(rule).keep(y, 0.05)[:, 0]))
+    assert left_out == pytest.approx(0.8, abs=0.05), (rule, left_out)  # a gap 10 % off moves it by ~0.08
 
 
 class _Everyone(Rule):

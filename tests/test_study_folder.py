@@ -103,9 +103,19 @@ def test_the_supernet_command_refuses_the_same_names(tmp_path, capsys, name):
     assert tree(tmp_path) == before
 
 
-def test_a_good_study_name_with_dots_inside_is_kept(tmp_path, capsys):
-    sf = space(tmp_path)
-    assert main(args_for(sf, tmp_path / "results", "--study", "tiny-b1.2e7", "--dry-run")) == 0
+def test_a_good_study_name_with_dots_inside_is_kept(finished):
+    """The module's finished study is named tiny-b1.2e7 (the default name's form): its
+    folder, study.json, every row and the Optuna study carry that name, dots and all."""
+    import json
+
+    import optuna
+
+    folder, argv = finished
+    assert argv[argv.index("--study") + 1] == "tiny-b1.2e7"
+    assert folder.name == "tiny-b1.2e7" and sorted(p.name for p in folder.parent.iterdir()) == ["tiny-b1.2e7"]
+    assert json.loads((folder / "study.json").read_text())["study"] == "tiny-b1.2e7"
+    assert {r.study for r in read_runs(folder / "runs.csv")} == {"tiny-b1.2e7"}
+    assert optuna.study.get_all_study_names(f"sqlite:///{folder / 'optuna.db'}") == ["tiny-b1.2e7"]
 
 
 # ---------------------------------------------------------------------------- a failing check makes nothing
@@ -178,17 +188,17 @@ def finished(tmp_path_factory, ray_cluster):
     straight to the summary and the report (no Ray)."""
     root = tmp_path_factory.mktemp("finished")
     sf = space(root)
-    argv = args_for(sf, root / "results", "--study", "done", "--seeds", "2", "--maps", "1,1", "2,1", "--workers", "2")
+    argv = args_for(sf, root / "results", "--study", "tiny-b1.2e7", "--seeds", "2", "--maps", "1,1", "2,1", "--workers", "2")
     assert main([*argv, "--no-report", "--ray-address", ray_cluster]) == 0
-    return root / "results" / "done", argv
+    return root / "results" / "tiny-b1.2e7", argv
 
 
 def copy_of(finished, tmp_path):
     folder, argv = finished
     results = tmp_path / "results"
-    shutil.copytree(folder, results / "done")
+    shutil.copytree(folder, results / folder.name)
     i = argv.index("--results-dir")
-    return results / "done", argv[:i + 1] + [str(results)] + argv[i + 2:]
+    return results / folder.name, argv[:i + 1] + [str(results)] + argv[i + 2:]
 
 
 def test_a_report_that_cannot_be_written_does_not_fail_the_search(finished, tmp_path, capsys):

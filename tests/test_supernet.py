@@ -85,7 +85,12 @@ def test_only_prenorm_weights_can_serve_every_map(corpus, space):
     deeploop = dataclasses.replace(spec, model=dataclasses.replace(spec.model, residual="deeploop"))
     with pytest.raises(ConfigError, match="--residual deeploop"):
         train_supernet(space, 1e12, deeploop, corpus=corpus, maps=MAPS)
-    assert math.isfinite(train_supernet(space, 1e12, spec, corpus=corpus, maps=MAPS).record.val_loss)
+    served = train_supernet(space, 1e12, spec, corpus=corpus, maps=MAPS)
+    assert math.isfinite(served.record.val_loss)
+    # prenorm weights serve every map: each one scored, each well below the uniform guess (ln 256 = 5.55 nats;
+    # 8 steps reach ~4.7), a map the sampler never ran (1,1 here) too
+    assert set(served.scores) == set(MAPS) and min(served.trained.values()) == 0
+    assert all(loss < math.log(spec.model.vocab_size) - 0.5 for loss in served.scores.values()), served.scores
 
 
 # ---------------------------------------------------------------------------- the commands

@@ -179,6 +179,7 @@ def test_callback_can_stop_a_run(corpus):
 # ---------------------------------------------------------------------------- CLI
 
 
+@pytest.mark.e2e
 def test_cli_prints_json_record():
     out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
                   "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
@@ -207,6 +208,7 @@ def test_cli_prints_json_record():
     (["--device", "tpu"], "--device"),
     (["--bogus"], "--bogus"),
 ])
+@pytest.mark.e2e
 def test_cli_errors_are_one_line_exit_2(args, flag):
     out = run_cli("train", *args, "--quiet")
     assert out.returncode == 2, out.stderr
@@ -224,6 +226,7 @@ def _address_space_limit():
 
 
 @pytest.mark.parametrize("seeds", [1, 2])
+@pytest.mark.e2e
 def test_an_out_of_memory_on_cpu_is_recorded_as_out_of_memory(seeds):
     """torch's CPU allocator raises a RuntimeError (not torch.OutOfMemoryError): a real one,
     from a model whose embedding alone is 256 x 2^30 floats; packed, every seed's row says so."""

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.wheel
+
 REPO = Path(__file__).resolve().parent.parent
 BUILD_IGNORE = shutil.ignore_patterns(".git", ".venv", "results", "build", "*.egg-info", "__pycache__", ".pytest_cache")
 
