@@ -10,7 +10,8 @@ claimed, not yet running), ``training`` (in the Ray worker, as a training starts
 the worker, not the driver; passes are counted per worker process), ``recorded`` (a
 result is in the storage, not yet in runs.csv), ``optuna-told`` (Optuna's ``tell``
 returned, the storage does not yet say the candidate is told), ``told`` (a candidate's
-trial was told), ``report``.
+trial was told), ``report`` (a search, or ``searchmaps-report`` after its audit, starts
+writing the report).
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ study storage is the source of truth; ``runs.csv`` is its copy, see
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import enum
@@ -404,6 +405,19 @@ class RunsFile:
         except OSError as exc:
             raise ResultsError(f"{self.lock_path} cannot be opened ({exc.strerror}); remove it: it is only the lock "
                                f"several drivers share, made again when needed") from None
+
+    @contextlib.contextmanager
+    def locked(self):
+        """Hold the file's exclusive lock (the one :meth:`append` takes) for a rewrite."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            if fcntl is not None:
+                fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                if fcntl is not None:
+                    fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
     def append(self, records: Iterable[RunRecord]) -> int:
         """Append the records whose ``run_id`` the file does not hold yet (flushed and

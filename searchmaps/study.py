@@ -24,10 +24,11 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from . import faults
+from .audit import folder_storage
 from .config import NO_SHARING, Candidate, ConfigError, ReuseMap, parse_kv_share
 from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
 from .objectives import DEFAULT, OBJECTIVES
-from .plan import SearchPlan, resolve_storage
+from .plan import SearchPlan
 from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
 
@@ -418,22 +419,22 @@ def _jsonable(obj):
 
 def attach_figure(study_dir, info: dict, fig, storage: str | None = None) -> str | None:
     """Save the report's Pareto figure in the study so optuna-dashboard shows it. Returns
-    None on success, else why it could not (the report matters more than the dashboard)."""
+    None on success, else why it could not (the report matters more than the dashboard).
+    The storage is ``storage`` (the command line's) or the study folder's own database; a
+    report never creates a database, a table or a study in it."""
     name = info.get("study")
-    url = storage or info.get("storage")
-    if url:
-        url = resolve_storage(url, study_dir)
-    local = Path(study_dir) / "optuna.db"
-    if url and url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
-        url = f"sqlite:///{local.resolve()}" if local.is_file() else None  # a moved or copied study folder
+    url, why = folder_storage(study_dir, info, storage)
     if not name or not url:
-        return f"{study_dir}/study.json names no study, or its database is gone"
+        return f"{study_dir}/study.json names no study" if not name else why
     if "***" in url:
         return "study.json holds the storage without its password; pass --storage to attach the figure"
+    if url.startswith("sqlite:///") and not Path(url[len("sqlite:///"):]).is_file():
+        return f"{url} does not exist"
     try:
         import optuna_dashboard
 
-        study = optuna.load_study(study_name=name, storage=url)
+        rdb = optuna.storages.RDBStorage(url, skip_table_creation=True)
+        study = optuna.load_study(study_name=name, storage=rdb)
         optuna_dashboard.save_plotly_graph_object(study, fig, graph_object_id=GRAPH_ID)
     except Exception as exc:  # unreachable server, locked or old database, missing package
         return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"

@@ -5,11 +5,24 @@ torch."""
 
 from __future__ import annotations
 
+import json
+import signal
 import sys
+from pathlib import Path
 
+from .. import faults
+from ..audit import audit_study
 from ..report import ReportError, write_report
 from ..stats import DEFAULT_RULE, FAMILY_WISE, METHODS, RULES
 from .common import Parser, fail
+
+
+def _study_info(study_dir) -> dict | None:
+    try:
+        info = json.loads((Path(study_dir) / "study.json").read_text())
+    except (OSError, ValueError):
+        return None  # write_report names what is wrong with the folder
+    return info if isinstance(info, dict) else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +57,33 @@ def main(argv: list[str] | None = None) -> int:
                         "interval against it (default: study.json's published.sd, else 0.25: ILR's 0.2-0.3)")
     p.add_argument("--no-attach", action="store_true", help="do not attach the figure to the Optuna study")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # else SIGTERM ends the process without a word
+    try:
+        return _report(p, args)
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        print(f"{p.prog}: interrupted ({signal.Signals(signum).name}); the study's rows are untouched — run the "
+              f"same command again to write the report", file=sys.stderr)
+        return 128 + signum
+
+
+class _Interrupted(KeyboardInterrupt):
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _interrupted(signum, _frame):
+    raise _Interrupted(signum)
+
+
+def _report(p: Parser, args) -> int:
+    info = _study_info(args.study_dir)
+    if info is not None:  # the storage is the source of truth: runs.csv repaired before it is read
+        audit = audit_study(args.study_dir, info, args.storage)
+        if audit.sentence:
+            print(f"{p.prog}: warning: {audit.sentence}", file=sys.stderr)
+    faults.point("report")
     try:
         report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
                               reference=args.reference, planned=args.planned, target=args.target_tokens,

@@ -40,6 +40,13 @@ def _on_signal(signum, _frame):
     raise Interrupted(signum)
 
 
+def restore_handlers() -> None:
+    """Ctrl-C and SIGTERM become :class:`Interrupted` (again: ``ray.init`` and ``ray.shutdown``
+    install handlers of their own)."""
+    for s in EXIT_INTERRUPTED:
+        signal.signal(s, _on_signal)
+
+
 def headline(plan: SearchPlan) -> str:
     """The plan's space, how much of it fits the budget, and the candidates that makes."""
     kv = len(plan.kv_shares)
@@ -102,16 +109,19 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             from ..executor import execute, start_ray
 
             ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
-            for s in EXIT_INTERRUPTED:  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
-                signal.signal(s, _on_signal)
+            restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
             faults.point("ray-start")
             bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
             driver.start_heartbeat()
             t0 = time.perf_counter()
             execute(driver)
             wall = time.perf_counter() - t0
-    except KeyboardInterrupt as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
-        signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
+    except (KeyboardInterrupt, SystemExit) as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
+        if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
+            raise
+        # SIGTERM while ray.init runs: Ray's handler calls sys.exit(15)
+        signum = getattr(exc, "signum", None) or (signal.SIGTERM if isinstance(exc, SystemExit) else
+                                                  _received[-1] if _received else signal.SIGINT)
         for s in EXIT_INTERRUPTED:
             signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         bar.close()
@@ -137,7 +147,13 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
                 return storage_failed(prog, exc, driver, ray if not ray_address else None)
             if ray is not None and not ray_address:
                 ray.shutdown()
+                restore_handlers()  # ray.shutdown() puts Python's default handlers back
+            from ..audit import audit_runs
             from ..report.terminal import summarise
+
+            audit = audit_runs(plan.study_dir / "runs.csv", driver.rows())  # the storage is the source of truth
+            if audit.sentence:
+                print(f"{prog}: {audit.sentence}", file=sys.stderr)
 
             summarise(plan, driver.progress, driver.rows(), wall)
             if report:

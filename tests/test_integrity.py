@@ -1,0 +1,204 @@
+"""runs.csv against the storage (the source of truth), and a report that only reads: real
+SQLite files, a real search, real signals. Each test fails without the fix it names."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers import ROOT, run_cli, study_info, study_records
+from searchmaps.audit import UNTRUSTED, audit_runs, audit_study, stored_records
+from searchmaps.ledger import Ledger, check_storage
+from searchmaps.results import RunsFile, read_runs
+
+RESULTS = {"1,1,1,1|rope": [10.0, 10.4, 9.8], "2,1,1,1|rope": [9.5, 9.9, 9.6], "4,2,1,1|rope": [9.2, 9.7, 9.4]}
+
+
+def stored_study(folder: Path, name: str = "s") -> Path:
+    """A study folder as a search leaves it: its rows in a real SQLite storage inside the
+    folder (the ledger's tables) and the same rows in runs.csv, appended as a driver appends."""
+    folder.mkdir(parents=True)
+    ledger = Ledger(check_storage(f"sqlite:///{folder / 'optuna.db'}"), name)
+    records = [r.replace(study=name) for r in study_records(RESULTS, study=name)]
+    ledger.import_rows(lambda r: f"{r.label}#{r.seed}", records)
+    RunsFile(folder / "runs.csv").append(records)
+    (folder / "study.json").write_text(json.dumps(study_info(name, 3)))
+    ledger.engine.dispose()
+    return folder
+
+
+def report(folder, *extra):
+    return run_cli("report", folder, "--no-attach", *extra, timeout=300)
+
+
+def test_a_clean_copy_is_left_byte_for_byte(tmp_path):
+    folder = stored_study(tmp_path / "s")
+    before = (folder / "runs.csv").read_bytes()
+    audit = audit_study(folder, json.loads((folder / "study.json").read_text()))
+    assert audit.checked and not audit.repaired and audit.sentence is None
+    assert (folder / "runs.csv").read_bytes() == before
+
+
+@pytest.mark.parametrize("damage", ["cut", "edited-loss", "edited-hash", "edited-seed", "deleted", "duplicated"])
+def test_a_damaged_copy_is_restored_from_the_storage_before_the_report(tmp_path, damage):
+    folder = stored_study(tmp_path / "s")
+    runs = folder / "runs.csv"
+    clean = runs.read_bytes()
+    lines = clean.decode().splitlines(keepends=True)
+    victim = lines[4]
+    if damage == "cut":  # a writer killed mid-line: the last row half there
+        text = "".join(lines[:-1]) + lines[-1][:40]
+    elif damage == "deleted":
+        text = "".join(lines[:4] + lines[5:])
+    elif damage == "duplicated":
+        text = "".join(lines + [victim])
+    else:
+        cells = next(csv.reader([victim]))
+        col = {"edited-loss": "val_loss", "edited-hash": "config_hash", "edited-seed": "seed"}[damage]
+        i = next(csv.reader([lines[0]])).index(col)
+        assert cells[i] != {"val_loss": "1.5", "config_hash": "forged", "seed": "7"}[col]
+        cells[i] = {"val_loss": "1.5", "config_hash": "forged", "seed": "7"}[col]
+        buf = io.StringIO()
+        csv.writer(buf, lineterminator="\n").writerow(cells)
+        text = "".join(lines[:4] + [buf.getvalue()] + lines[5:])
+    runs.write_text(text)
+    out = report(folder)
+    assert out.returncode == 0, out.stderr
+    assert "restored from the storage" in out.stderr and out.stderr.count("\n") <= 3, out.stderr
+    assert runs.read_bytes() == clean  # every cell as the driver wrote it, in its order
+    summary = (folder / "summary.csv").read_text()
+    assert "4,2,1,1" in summary and len(read_runs(runs)) == 9
+
+
+def test_a_row_the_storage_does_not_hold_is_moved_aside_not_used(tmp_path):
+    folder = stored_study(tmp_path / "s")
+    runs = folder / "runs.csv"
+    clean = runs.read_bytes()
+    lines = clean.decode().splitlines(keepends=True)
+    row = next(csv.reader([lines[-1]]))
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow(["forged-run", *row[1:]])
+    runs.write_text("".join(lines) + buf.getvalue())
+    audit = audit_study(folder, json.loads((folder / "study.json").read_text()))
+    assert audit.untrusted == ("forged-run",) and "runs.untrusted.csv" in audit.sentence
+    assert runs.read_bytes() == clean
+    aside = read_runs(folder / UNTRUSTED)
+    assert [r.run_id for r in aside] == ["forged-run"]
+
+
+def test_without_a_storage_a_cut_line_is_said_not_silently_dropped(tmp_path):
+    folder = stored_study(tmp_path / "s")
+    (folder / "optuna.db").unlink()
+    runs = folder / "runs.csv"
+    runs.write_bytes(runs.read_bytes()[:-30])
+    out = report(folder)
+    assert out.returncode == 0, out.stderr
+    assert "ends in a cut line" in out.stderr and "cannot be restored" in out.stderr
+
+
+def test_the_storage_is_read_without_writing(tmp_path):
+    folder = stored_study(tmp_path / "s")
+    db = folder / "optuna.db"
+    before = db.read_bytes()
+    os.chmod(db, 0o444)
+    try:
+        assert len(stored_records(f"sqlite:///{db}", "s")) == 9
+    finally:
+        os.chmod(db, 0o644)
+    assert db.read_bytes() == before
+    assert stored_records(f"sqlite:///{tmp_path / 'absent.db'}", "s") is None
+    assert not (tmp_path / "absent.db").exists()  # not created by looking
+
+
+def tables(path: Path) -> list[str]:
+    with sqlite3.connect(path) as conn:
+        return sorted(r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'"))
+
+
+def test_a_report_never_creates_tables_in_a_storage_outside_its_folder(tmp_path):
+    """study.json names an unrelated SQLite file: the report reads only its own folder."""
+    folder = stored_study(tmp_path / "s")
+    (folder / "optuna.db").unlink()
+    other = tmp_path / "unrelated.sqlite"
+    with sqlite3.connect(other) as conn:
+        conn.execute("CREATE TABLE notes (x TEXT)")
+    before = other.read_bytes()
+    info = json.loads((folder / "study.json").read_text())
+    (folder / "study.json").write_text(json.dumps({**info, "storage": f"sqlite:///{other}"}))
+    out = run_cli("report", folder, timeout=300)  # attaching the figure too
+    assert out.returncode == 0, out.stderr
+    assert tables(other) == ["notes"] and other.read_bytes() == before
+    assert not (folder / "optuna.db").exists()
+    assert "not in the dashboard" in out.stderr  # said, not done
+
+
+def test_a_report_attaches_to_the_folder_storage_without_creating_tables(tmp_path):
+    folder = stored_study(tmp_path / "s")
+    db = folder / "optuna.db"
+    before = tables(db)  # searchmaps' tables only: Optuna's were never made here
+    out = run_cli("report", folder, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert tables(db) == before
+    assert "not in the dashboard" in out.stderr
+
+
+@pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_ctrl_c_and_sigterm_during_a_report_are_one_line(tmp_path, sig, code):
+    folder = stored_study(tmp_path / "s")
+    out = run_cli("report", folder, "--no-attach", env={**os.environ, "SEARCHMAPS_KILL_AT": f"report:1:{sig}"},
+                  timeout=300)
+    assert out.returncode == code, (out.returncode, out.stderr[-1500:])
+    assert "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0, out.stderr
+    assert f"interrupted ({sig})" in out.stderr
+
+
+@pytest.mark.e2e
+def test_sigterm_while_a_search_writes_its_report_is_one_line(space_file, tmp_path, ray_env):
+    """After ray.shutdown() (a local Ray) the handlers are ours again: 143 and one line."""
+    from test_search import common
+
+    args = [a for a in common(space_file, tmp_path / "res", "--seeds", "1", "--workers", "1") if a != "--no-report"]
+    out = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="report:1:SIGTERM"), timeout=600)
+    assert out.returncode == 143, (out.returncode, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    assert "interrupted (SIGTERM) while writing the summary and report" in out.stderr
+
+
+@pytest.mark.e2e
+def test_a_copy_cut_mid_search_is_whole_when_the_search_ends(space_file, tmp_path, ray_env, ray_cluster):
+    """The driver stops itself after the first candidate is told; meanwhile its runs.csv
+    loses a row it had already read past and half of its last line; the search goes on
+    and ends with every row, and says so."""
+    from test_search import BUDGET, common, wait_stopped
+
+    results = tmp_path / "res"
+    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", "cut"),
+            "--ray-address", ray_cluster]
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True)
+    try:
+        wait_stopped(proc)
+        runs = results / "cut" / "runs.csv"
+        lines = runs.read_bytes().splitlines(keepends=True)
+        # the first row lost whole (the driver has read past it), the last cut after 25 bytes
+        runs.write_bytes(b"".join([lines[0], *lines[2:-1], lines[-1][:25]]))
+        os.kill(proc.pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    rows = read_runs(runs)
+    assert sorted((r.map, r.seed) for r in rows) == sorted((m, s) for m in ("1,1", "2,1", "1,2") for s in (0, 1))
+    assert "restored from the storage" in err, err[-2000:]
+    assert not runs.read_bytes().endswith(b",") and runs.read_text().count("\n") == 7
