@@ -10,7 +10,8 @@ claimed, not yet running), ``training`` (in the Ray worker, as a training starts
 the worker, not the driver; passes are counted per worker process), ``recorded`` (a
 result is in the storage, not yet in runs.csv), ``optuna-told`` (Optuna's ``tell``
 returned, the storage does not yet say the candidate is told), ``told`` (a candidate's
-trial was told), ``report`` (a search, or ``searchmaps-report`` after its audit, starts
+trial was told), ``report`` (a search starts writing its report); and outside a search,
+``report-audited`` (``searchmaps-report`` checked runs.csv against the storage and starts
 writing the report).
 """
 

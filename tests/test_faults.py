@@ -26,6 +26,7 @@ PINNED_IN = {
     "optuna-told": "test_search.py",  # a kill after tell
     "told": "test_search.py",  # the fault-injection loop
     "report": "test_study_folder.py",  # a signal while the report is written; and the fault-injection loop
+    "report-audited": "test_integrity.py",  # Ctrl-C and SIGTERM while searchmaps-report writes
 }
 
 

@@ -155,7 +155,7 @@ def test_a_report_attaches_to_the_folder_storage_without_creating_tables(tmp_pat
 @pytest.mark.parametrize("sig,code", [("SIGINT", 130), ("SIGTERM", 143)])
 def test_ctrl_c_and_sigterm_during_a_report_are_one_line(tmp_path, sig, code):
     folder = stored_study(tmp_path / "s")
-    out = run_cli("report", folder, "--no-attach", env={**os.environ, "SEARCHMAPS_KILL_AT": f"report:1:{sig}"},
+    out = run_cli("report", folder, "--no-attach", env={**os.environ, "SEARCHMAPS_KILL_AT": f"report-audited:1:{sig}"},
                   timeout=300)
     assert out.returncode == code, (out.returncode, out.stderr[-1500:])
     assert "Traceback" not in out.stderr and out.stderr.strip().count("\n") == 0, out.stderr

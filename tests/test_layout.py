@@ -2,7 +2,7 @@
 follows), nothing imports in a circle, no library module imports a
 command module (the ``cli`` package and the ``python -m`` shims) and no room imports anything
 that imports it back, Ray and Optuna stay in their rooms, and no module reaches into another's private
-names or Optuna's."""
+names or Optuna's; and no module is over 500 lines."""
 
 import ast
 from pathlib import Path
@@ -10,8 +10,8 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
-         "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results", "objectives",
+ORDER = ["encodings", "maps", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
+         "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results.record", "results.file", "results", "objectives",
          "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
          "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
@@ -21,7 +21,7 @@ ORDER = ["encodings", "config", "presets", "device", "flops", "faults", "model",
          "supernet.distill",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "ledger",
          "samplers", "plan", "audit",
-         "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences",
+         "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences", "report.protocol",
          "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.horizons",
          "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor",
          "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
@@ -86,6 +86,14 @@ MODULES = modules()
 
 def test_the_order_names_every_module():
     assert sorted(MODULES) == sorted(ORDER)
+
+
+MAX_LINES = 500  # a module longer than this holds more than one thing: split it along its seams
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {name: n for name, path in modules().items() if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"over {MAX_LINES} lines: {long}"
 
 
 def test_imports_run_down_only_so_there_is_no_circle():

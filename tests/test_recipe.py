@@ -280,7 +280,7 @@ def test_the_search_takes_a_preset_and_writes_it_to_study_json(tmp_path, capsys)
 def test_the_report_names_ilrs_choices_where_the_rows_made_them():
     import pandas as pd
 
-    from searchmaps.report.sentences import recipe_sentence
+    from searchmaps.report.protocol import recipe_sentence
 
     spec = TrialSpec(model=ModelConfig(**{**get_preset("ilr-small")["model"], "vocab_size": 1024}),
                      train=TrainConfig(**get_preset("ilr-small")["train"]), preset="ilr-small")

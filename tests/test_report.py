@@ -365,7 +365,7 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
     lr = pd.read_csv(folder / "summary.csv").set_index("map")["lr"]  # summary.csv written once, with the rates
     assert lr["4,2,1,1"] == 1e-3 and lr["1,1,1,1"] == 3e-3 and lr.notna().all()
     # a ladder: wsd with the shared warm-up in steps, one rate, the last rung's steps
-    from searchmaps.report.sentences import recipe_sentence
+    from searchmaps.report.protocol import recipe_sentence
     from searchmaps.report.summary import load_runs
     from searchmaps.report.write import _configs
     from searchmaps.results import last_horizon, records_frame, successful

@@ -83,7 +83,7 @@ def _report(p: Parser, args) -> int:
         audit = audit_study(args.study_dir, info, args.storage)
         if audit.sentence:
             print(f"{p.prog}: warning: {audit.sentence}", file=sys.stderr)
-    faults.point("report")
+    faults.point("report-audited")
     try:
         report = write_report(args.study_dir, alpha=args.alpha, method=args.test, correction=args.correction,
                               reference=args.reference, planned=args.planned, target=args.target_tokens,

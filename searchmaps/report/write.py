@@ -25,7 +25,8 @@ from .figures import separable, separated_front
 from .markdown import render_markdown
 from .page import render_page
 from .section import Section
-from .sentences import cannot_reject_sentence, protocol_sentences
+from .protocol import protocol_sentences
+from .sentences import cannot_reject_sentence
 from .summary import (
     METRIC,
     ReportError,

@@ -1,0 +1,13 @@
+"""Result rows and ``runs.csv``: :mod:`~searchmaps.results.record` (:class:`RunRecord`, its
+enums, parsing a row, the rows the statistics use) and :mod:`~searchmaps.results.file`
+(:class:`RunsFile`, appended under a lock; :func:`atomic_write_text`). Every name is
+re-exported here."""
+
+from .file import RunsFile, atomic_write_text
+from .record import (COLUMNS, PPL_OVERFLOW_LOSS, STATISTICS_METRIC, ResultsError, Role, RunRecord, Status, describe,
+                     failed_record, last_horizon, new_run_id, parse_row, perplexity, read_runs, records_frame,
+                     statistics_rows, successful)
+
+__all__ = ["COLUMNS", "PPL_OVERFLOW_LOSS", "STATISTICS_METRIC", "ResultsError", "Role", "RunRecord", "RunsFile",
+           "Status", "atomic_write_text", "describe", "failed_record", "last_horizon", "new_run_id", "parse_row",
+           "perplexity", "read_runs", "records_frame", "statistics_rows", "successful"]
