@@ -942,7 +942,7 @@ def test_one_voice_the_ranking_matrix_friedman_line_and_top_group_agree(tmp_path
 def test_an_omnibus_difference_with_everyone_in_the_top_group_is_reconciled():
     from types import SimpleNamespace
 
-    from searchmaps.report.sentences import _omnibus_verdict
+    from searchmaps.report.protocol import _omnibus_verdict
 
     summary = pd.DataFrame({"n_seeds": [3] * 4})
     res = SimpleNamespace(summary=summary, alpha=0.05, top_group=["a", "b", "c", "d"])  # the Analysis fields it reads
