@@ -449,7 +449,9 @@ def test_cli_attaches_the_pareto_figure_to_the_optuna_study(realistic, tmp_path)
     fig = json.loads(graphs(storage)[GRAPH_ID])
     assert {t["name"] for t in fig["data"]} >= {"Pareto front (what the seeds separate at α = 0.05)", "top group"}
 
-    # study.json holding the storage without its password: a warning, and --storage attaches it
+    # study.json holding the storage without its password (a PostgreSQL study: no optuna.db in its
+    # folder): a warning, and --storage attaches it
+    (folder / "optuna.db").unlink()
     other = tmp_path / "db"
     other.mkdir()
     storage = f"sqlite:///{other}/optuna.db"

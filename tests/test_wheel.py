@@ -21,7 +21,14 @@ import pytest
 pytestmark = pytest.mark.wheel
 
 REPO = Path(__file__).resolve().parent.parent
-BUILD_IGNORE = shutil.ignore_patterns(".git", ".venv", "results", "build", "*.egg-info", "__pycache__", ".pytest_cache")
+_ANYWHERE = shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", ".pytest_cache")
+
+
+def BUILD_IGNORE(folder, names):
+    """What the copy leaves out: caches everywhere, and the checkout's own studies and builds
+    (top level only: ``searchmaps/results/`` is a package the wheel must hold)."""
+    top = {"results", "build"} & set(names) if Path(folder) == REPO else set()
+    return set(_ANYWHERE(folder, names)) | top
 
 
 @pytest.fixture(scope="module")
