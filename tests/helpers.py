@@ -222,7 +222,8 @@ def make_ladder_study(folder, horizons, by_rung: dict, published: dict | None = 
     folder.mkdir(parents=True, exist_ok=True)
     records = []
     for rung, results in by_rung.items():
-        records += [r.replace(horizon_target=horizons[rung], tokens=int(horizons[rung]))
+        records += [r.replace(horizon_target=horizons[rung], tokens=int(horizons[rung]),
+                              train_flops=3.0 * r.flops_per_token * int(horizons[rung]))  # as a training counts them
                     for r in study_records(results, study=folder.name, rung=rung)]
     RunsFile(folder / "runs.csv").append(records)
     seeds = max(len(v) for v in by_rung[0].values())

@@ -731,7 +731,34 @@ def test_a_ladder_study_gets_stability_and_scaling_tables_figures_and_sentences(
     assert "predicts" in page  # the deep map is predicted to pass others (or the page says no change)
     # the report's own analysis is at the last horizon
     assert set(report.summary["candidate"]) == set(by_rung[2])
-    assert "## Ranks by horizon" in assert_markdown_carries_the_page(study)
+    md = assert_markdown_carries_the_page(study)
+    assert "## Ranks by horizon" in md and "## At equal training FLOPs" in md
+
+
+def test_a_ladder_report_reads_the_maps_at_equal_training_flops(tmp_path):
+    import pandas as pd
+    from helpers import ladder_results, make_ladder_study
+
+    horizons, by_rung = ladder_results()
+    study = make_ladder_study(tmp_path / "lad", horizons, by_rung)
+    page = write_report(study).path.read_text()
+    eq = pd.read_csv(study / "equal_flops.csv")
+    # the budgets are the baseline's rungs (3 x 400,000 FLOPs/token x tokens); at the first only the
+    # baseline is read (every other map applies more layers, so its first rung costs more)
+    assert sorted(eq["budget_flops"].unique()) == pytest.approx([4.8e11, 1.92e12])
+    assert set(eq["candidate"]) == set(by_rung[0]) and (eq["seeds"] == 4).all()
+    at = eq[eq["budget_flops"] == eq["budget_flops"].max()].set_index("candidate")
+    base = at.loc["1,1,1,1|rope"]
+    assert base["mean"] == pytest.approx(np.mean(np.log(by_rung[2]["1,1,1,1|rope"])))  # its last rung (ppl -> loss)
+    assert "compares the maps at equal tokens, as this search trained them" in page
+    assert "at equal training FLOPs" in page and "Loss vs training FLOPs" in page
+    best = at["mean"].idxmin()
+    assert f"1.92e12 FLOPs, the largest budget every map reaches, <code>{best}</code> has the lowest mean" in page
+
+
+def test_a_report_without_a_ladder_has_no_equal_flops_reading(realistic):
+    assert not (realistic[0] / "equal_flops.csv").exists()
+    assert "equal training FLOPs" not in (realistic[0] / "report.html").read_text()
 
 
 def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trends(tmp_path):

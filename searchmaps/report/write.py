@@ -18,6 +18,7 @@ from .. import objectives as objs
 from .. import stats
 from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
+from . import compute as equal_compute
 from . import exit as exit_section
 from . import horizons, ranking, supernet, tuning
 from . import planned as planned_section
@@ -140,6 +141,9 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     main = ranking.section(summary, runs, ok, res, second_name, alpha, rule, info,
                            f"{name}: {objectives[0].label} vs {objectives[1].label}")
     sections = [main]
+    compute = equal_compute.section(frame, res.reference, alpha, rule, set(res.top_group) | {res.reference})
+    if compute is not None:  # a ladder: the maps at equal training FLOPs too, answered next to the ranking
+        sections.append(compute)
     if planned_df is not None:
         sections.append(planned_section.section(planned_df, res, second_name))
     ladder = horizons.horizon_analysis(frame, info, target if target is not None else info.get("target"), alpha,
