@@ -756,6 +756,25 @@ def test_a_ladder_report_reads_the_maps_at_equal_training_flops(tmp_path):
     assert f"1.92e12 FLOPs, the largest budget every map reaches, <code>{best}</code> has the lowest mean" in page
 
 
+def test_a_ladder_that_stopped_short_says_so_and_names_the_maps_left_out(tmp_path):
+    import json
+
+    from helpers import ladder_results, make_ladder_study
+
+    horizons, by_rung = ladder_results()
+    del by_rung[2]["2,2,1,1|rope"]  # one map never reached the last rung
+    study = make_ladder_study(tmp_path / "lad", horizons, by_rung)
+    info = json.loads((study / "study.json").read_text())
+    info["ladder"] = [*horizons, 6.4e6]  # planned one rung further than the rows reach
+    (study / "study.json").write_text(json.dumps(info))
+    page = write_report(study).path.read_text()
+    assert "the last rung the rows reach; the ladder planned 4 up to 6.4M" in page
+    assert "pre-specified last rung" not in page
+    assert "<code>2,2,1,1|rope</code> (to 400k) has no row at the last horizon" in page
+    between = page.split("Between consecutive horizons τ is")[1].split(". ")[0]
+    assert between.count("95 % CI") == 2  # each consecutive τ with its interval
+
+
 def test_a_report_without_a_ladder_has_no_equal_flops_reading(realistic):
     assert not (realistic[0] / "equal_flops.csv").exists()
     assert "equal training FLOPs" not in (realistic[0] / "report.html").read_text()

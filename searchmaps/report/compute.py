@@ -63,8 +63,9 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
         has = table[table["candidate"] == reference]["budget_flops"].unique()
         wins = int((leads.reindex(has) == reference).sum())
         out.append(f"There the baseline `{reference}` is ahead of {ahead} and behind {behind} of the other "
-                   f"{len(others)} maps (paired 95 % intervals of the gap that exclude 0); it has the lowest mean at "
-                   f"{wins} of the {len(has)} budgets it is read at ({_f(min(has))} to {_f(max(has))} FLOPs).")
+                   f"{len(others)} maps (the pair's 95 % interval of the paired gap excludes 0, not corrected for the "
+                   f"{len(others)} comparisons); it has the lowest mean at {wins} of the {len(has)} budgets it is read "
+                   f"at ({_f(min(has))} to {_f(max(has))} FLOPs).")
     return out
 
 

@@ -45,6 +45,7 @@ class HorizonAnalysis:
     published_source: str
     reference: str | None = None  # the baseline of gap_trend.csv
     trend: pd.DataFrame | None = None  # each map's gap to the baseline and its trend (gap_trend.csv)
+    planned: tuple[float, ...] = ()  # the ladder study.json pre-specified (it may reach further than the rows)
 
 
 def horizon_analysis(frame: pd.DataFrame, info: dict, target: float | None = None, alpha: float = 0.05,
@@ -88,7 +89,7 @@ def horizon_analysis(frame: pd.DataFrame, info: dict, target: float | None = Non
         ranks=stats.rank_by_rung(rows, n_boot=n_boot), means=_means(rows),
         scaling=scaling.merge(shared, on="candidate", how="left"), crossings=stats.crossings(scaling, boots),
         target=float(target), published=agreement, published_source=str(published.get("source", "")),
-        reference=reference, trend=trend)
+        reference=reference, trend=trend, planned=tuple(float(h) for h in info.get("ladder") or ()))
 
 
 def _means(rows: pd.DataFrame) -> pd.DataFrame:
@@ -164,8 +165,13 @@ def _nats(x: float) -> str:
 
 
 def family_sentence(a: HorizonAnalysis) -> str:
-    """Which horizon is confirmatory (the pre-specified last rung) and which are descriptive."""
-    return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, the ladder's pre-specified last rung — "
+    """Which horizon is confirmatory (the pre-specified last rung, or the last one reached when
+    the study stopped short of it) and which are descriptive."""
+    last = "the ladder's pre-specified last rung"
+    if a.planned and a.planned[-1] > a.horizons[-1] * (1 + 1e-6):
+        last = (f"the last rung the rows reach; the ladder planned {len(a.planned)} up to {_h(a.planned[-1])}, so "
+                f"this is the study as far as it ran, not its pre-specified end")
+    return (f"Confirmatory: the last horizon, {_h(a.horizons[-1])} {a.unit}, {last} — "
             f"the top group, the tests and any planned comparisons (their own family) above are made there. The ranks, "
             f"top groups and τ at the {len(a.horizons) - 1} shorter horizons below are descriptive, and a p-value "
             f"repeated at every horizon is Holm-adjusted across the {len(a.horizons)}.")
@@ -191,6 +197,9 @@ def sentences(a: HorizonAnalysis) -> list[str]:
     the fits and the measured gap trends say about the target, and how the ranking compares
     with a published one."""
     out = [family_sentence(a)]
+    short = missing_sentence(a.means)
+    if short:
+        out.append(short)
     st = a.stability
     first_last = st[(st["rung_a"] == st["rung_a"].min()) & (st["rung_b"] == st["rung_b"].max())].iloc[0]
     tau, lo, hi = first_last["kendall_tau"], first_last["kendall_tau_low"], first_last["kendall_tau_high"]
@@ -204,7 +213,8 @@ def sentences(a: HorizonAnalysis) -> list[str]:
     consecutive = st[st["rung_b"] == st["rung_a"] + 1]
     if len(consecutive) > 1:
         out.append("Between consecutive horizons τ is " + ", ".join(
-            f"{r.kendall_tau:.2f} ({_h(r.horizon_a)}→{_h(r.horizon_b)})" for r in consecutive.itertuples()) + ".")
+            f"{r.kendall_tau:.2f} ({_h(r.horizon_a)}→{_h(r.horizon_b)}; {_ci(r.kendall_tau_low, r.kendall_tau_high)})"
+            for r in consecutive.itertuples()) + ".")
     if isinstance(first_last["top_group_a"], str):
         out.append(f"The top groups at the shortest (descriptive) and the longest horizon share "
                    f"{int(first_last['top_overlap'])} of {int(first_last['top_union'])} candidates.")
@@ -221,6 +231,21 @@ def sentences(a: HorizonAnalysis) -> list[str]:
     if said:
         out.append(said)
     return out
+
+
+def missing_sentence(means: pd.DataFrame) -> str:
+    """The candidates with rows on the ladder but none at its last horizon: the top group and
+    the counts there leave them out, and the page must say so."""
+    last = means["rung"].max()
+    reached = means.groupby("candidate")["rung"].max()
+    short = reached[reached < last].sort_index()
+    if short.empty:
+        return ""
+    h = means.set_index(["candidate", "rung"])["horizon"]
+    names = ", ".join(f"`{c}` (to {_h(h[(c, r)])})" for c, r in short.items())
+    one = len(short) == 1
+    return (f"{names} {'has' if one else 'have'} no row at the last horizon, so the ranking, the top group and the "
+            f"counts there leave {'it' if one else 'them'} out.")
 
 
 def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: float, unit: str) -> list[str]:
