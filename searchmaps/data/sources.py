@@ -166,7 +166,7 @@ def split_docs(docs: list[tuple[str, bytes]], data: str) -> tuple[np.ndarray, np
             np.frombuffer(SEPARATOR.join(val), dtype=np.uint8))
 
 
-def check_sealed_folder(path: Path, data: str) -> None:
+def _check_sealed_folder(path: Path, data: str) -> None:
     """A folder whose ``meta.json`` is sealed (a BPE folder, cached or prepared) must hold the
     files that were built: :class:`DamagedCache` (one line naming the file) when one changed,
     before anything else reads them. Other folders (a ``.bin`` folder of one's own, one written
@@ -180,11 +180,12 @@ def check_sealed_folder(path: Path, data: str) -> None:
         return
     problem = record_damage(meta_path, meta, BIN_FILES) or damage(meta_path, meta, tuple(meta["sha256"]))
     if problem:
-        raise DamagedCache(f"--data {data}: {problem}; delete {path} and build it again from its source", problem)
+        raise DamagedCache(f"--data {data}: {problem}; delete the folder and build it again from its source text",
+                           problem)
 
 
 def _load_folder(path: Path, vocab_size: int | None, data: str, tokenizer: str | None = None) -> Corpus:
-    check_sealed_folder(path, data)
+    _check_sealed_folder(path, data)
     if (path / "train.bin").exists() or (path / "val.bin").exists():
         if not ((path / "train.bin").is_file() and (path / "val.bin").is_file()):
             raise DataError(f"--data {data}: a .bin folder needs both train.bin and val.bin")

@@ -75,7 +75,7 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     key = hashlib.sha256(json.dumps({"corpus": corpus.fingerprint, "vocab": vocab, "trainer": bpe.TRAINER,
                                      "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
     folder = out or cache_root(cache_dir) / f"bpe{vocab}-{key.hexdigest()[:16]}"
-    if (folder / "meta.json").exists() and out is None and not rebuild:  # meta.json is written last
+    if (folder / "meta.json").is_file() and out is None and not rebuild:  # meta.json is written last
         try:
             problem = record_damage(folder / "meta.json", json.loads((folder / "meta.json").read_text("utf-8")),
                                     BPE_FILES)
