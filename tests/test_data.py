@@ -95,6 +95,53 @@ def test_stdlib_vocab_override(stdlib_cache):
         load_corpus("stdlib", vocab_size=100, cache_dir=cache)
 
 
+# --------------------------------------------------------------------------- a damaged cache (issue 35, item 3)
+
+
+def stdlib_entry(cache):
+    (bin_path,) = cache.glob("stdlib-*.bin")
+    return bin_path, bin_path.with_suffix(".json")
+
+
+def one_warning(capsys, path) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(path) in err and "rebuilding" in err, err
+    return err
+
+
+def test_stdlib_flipped_bytes_are_rebuilt_with_one_line_naming_the_file(stdlib, tmp_path, capsys):
+    load_corpus("stdlib", cache_dir=tmp_path)
+    bin_path, _ = stdlib_entry(tmp_path)
+    with open(bin_path, "r+b") as f:  # in place, as a disk or a stray write would
+        f.seek(1000)
+        byte = f.read(1)
+        f.seek(1000)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    capsys.readouterr()
+    again = load_corpus("stdlib", cache_dir=tmp_path)
+    one_warning(capsys, bin_path)
+    assert again.fingerprint == stdlib.fingerprint
+    assert bytes(again.train[995:1005]) == bytes(stdlib.train[995:1005])
+    assert isinstance(load_corpus("stdlib", cache_dir=tmp_path).train, np.memmap)  # the rebuilt entry is used
+    assert capsys.readouterr().err == ""
+
+
+def test_stdlib_record_edited_or_without_hashes_is_rebuilt(stdlib, tmp_path, capsys):
+    load_corpus("stdlib", cache_dir=tmp_path)
+    _, meta_path = stdlib_entry(tmp_path)
+    meta = json.loads(meta_path.read_text())
+    assert set(meta["sha256"]) == {meta_path.with_suffix(".bin").name} and meta["fields_sha256"]
+    moved = dict(meta, n_train=meta["n_train"] - 10, n_val=meta["n_val"] + 10)  # the split moves 10 bytes
+    old = {"n_train": meta["n_train"], "n_val": meta["n_val"]}  # an entry written before hashes were recorded
+    for record in (moved, old):
+        meta_path.write_text(json.dumps(record))
+        capsys.readouterr()
+        again = load_corpus("stdlib", cache_dir=tmp_path)
+        one_warning(capsys, meta_path)
+        assert again.fingerprint == stdlib.fingerprint and len(again.val) == len(stdlib.val)
+        assert json.loads(meta_path.read_text()) == meta  # sealed again
+
+
 # --------------------------------------------------------------------------- text
 
 

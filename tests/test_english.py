@@ -250,3 +250,20 @@ def test_missing_packages_stop_with_one_line_and_write_nothing(tmp_path, command
     for p in english.PACKAGES:
         assert (p.debian in line) == (p.name != "fortunes"), line
     assert not (tmp_path / "cache").exists() and not out.exists()
+
+
+def test_a_damaged_english_entry_is_rebuilt_with_one_line_naming_the_file(built, tmp_path, capsys):
+    _, corpus, _ = built
+    load_corpus(SLICE, cache_dir=tmp_path)
+    (bin_path,) = tmp_path.glob("english-*.bin")
+    with open(bin_path, "r+b") as f:  # one byte, in place
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    capsys.readouterr()
+    again = load_corpus(SLICE, cache_dir=tmp_path)
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(bin_path) in err and "rebuilding" in err, err
+    assert again.fingerprint == corpus.fingerprint
+    assert "sha256" not in english_meta(SLICE, tmp_path)  # the record's hashes stay in the cache file

@@ -115,3 +115,70 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(folder, tmp_path, monke
         rc = train_main(["--data", prepared, "--tokenizer", tok, "--tokens", "256", "--quiet"])
         err = capsys.readouterr().err.strip()
         assert rc == 2 and len(err.splitlines()) == 1 and "--tokenizer" in err
+
+
+# --------------------------------------------------------------------------- a damaged cache (issue 35, item 3)
+
+
+def damaged_cases():
+    """What a stray write, a disk or a hand can do to a cached BPE folder: (what, file, how)."""
+    def flip(path):
+        with open(path, "r+b") as f:  # in place
+            f.seek(10)
+            byte = f.read(1)
+            f.seek(10)
+            f.write(bytes([byte[0] ^ 1]))
+
+    def halve(path):
+        os.truncate(path, path.stat().st_size // 4 * 2)
+
+    def vocab(path):  # the model would then train a 1,000-entry vocabulary
+        path.write_text(json.dumps(dict(json.loads(path.read_text()), vocab_size=1000), indent=1))
+
+    return [("changed", "train.bin", flip), ("halved", "train.bin", halve), ("vocab", "meta.json", vocab),
+            ("tokenizer", "tokenizer.json", flip)]
+
+
+@pytest.mark.parametrize("what,name,damage", damaged_cases(), ids=[c[0] for c in damaged_cases()])
+def test_a_damaged_bpe_entry_is_rebuilt_with_one_line_naming_the_file(folder, tmp_path, capsys, what, name, damage):
+    built = load_corpus(str(folder), cache_dir=tmp_path, tokenizer="bpe:300")
+    entry, fingerprint, n_train = Path(built.name), built.fingerprint, len(built.train)
+    files = {f: (entry / f).read_bytes() for f in ("tokenizer.json", "train.bin", "val.bin", "meta.json")}
+    del built  # its memory map of train.bin
+    damage(entry / name)
+    capsys.readouterr()
+    again = load_corpus(str(folder), cache_dir=tmp_path, tokenizer="bpe:300")
+    err = capsys.readouterr().err.strip().splitlines()
+    warnings = [line for line in err if line.startswith("searchmaps:")]  # the rest: the encoding's progress
+    assert len(warnings) == 1 and str(entry / name) in warnings[0] and "rebuilding" in warnings[0], err
+    assert again.fingerprint == fingerprint and again.vocab_size == 300 and len(again.train) == n_train
+    assert {f: (entry / f).read_bytes() for f in files} == files  # the same files, byte for byte
+
+
+@pytest.mark.parametrize("what,name,damage", damaged_cases(), ids=[c[0] for c in damaged_cases()])
+def test_a_damaged_bpe_folder_named_by_path_stops_with_one_line(folder, tmp_path, capsys, what, name, damage):
+    entry = Path(load_corpus(str(folder), cache_dir=tmp_path, tokenizer="bpe:300").name)
+    damage(entry / name)
+    with pytest.raises(DataError) as info:  # a row's config.data names the folder: no source to rebuild from
+        load_corpus(str(entry))
+    message = str(info.value)
+    assert len(message.splitlines()) == 1 and str(entry / name) in message and message.startswith("--data ")
+    capsys.readouterr()
+    assert train_main(["--data", str(entry), "--tokens", "256", "--quiet"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and str(entry / name) in err
+
+
+def test_a_bpe_entry_without_hashes_is_rebuilt_and_a_bin_folder_of_ones_own_is_read_as_it_is(folder, tmp_path, capsys):
+    built = load_corpus(str(folder), cache_dir=tmp_path, tokenizer="bpe:300")
+    entry, fingerprint = Path(built.name), built.fingerprint
+    sealed = json.loads((entry / "meta.json").read_text())
+    assert set(sealed["sha256"]) == {"tokenizer.json", "train.bin", "val.bin"}
+    old = {k: v for k, v in sealed.items() if k not in ("sha256", "fields_sha256")}  # before hashes were recorded
+    (entry / "meta.json").write_text(json.dumps(old, indent=1))
+    assert load_corpus(str(entry)).fingerprint == fingerprint  # by path: nothing to check it against, read as it is
+    capsys.readouterr()
+    assert load_corpus(str(folder), cache_dir=tmp_path, tokenizer="bpe:300").fingerprint == fingerprint
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("searchmaps:")]
+    assert len(warnings) == 1 and str(entry / "meta.json") in warnings[0] and "no content hashes" in warnings[0]
+    assert json.loads((entry / "meta.json").read_text()) == sealed

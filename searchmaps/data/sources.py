@@ -38,12 +38,14 @@ from pathlib import Path
 
 import numpy as np
 
-from .cache import CACHE_FORMAT, atomic_write, cache_root
+from .cache import (CACHE_FORMAT, DamagedCache, atomic_write, cache_root, damage, is_sealed, record_damage, seal,
+                    sha256_bytes, unsealed, warn_rebuild)
 from .corpus import Corpus, DataError, make_corpus
 
 VAL_PERCENT = 5
 STDLIB_CAP_BYTES = 32 * 2**20
 SEPARATOR = b"\n\n"
+BIN_FILES = ("train.bin", "val.bin")
 _SKIP_DIRS = {"site-packages", "dist-packages", "test", "tests", "idle_test", "__pycache__"}
 
 
@@ -164,7 +166,26 @@ def split_docs(docs: list[tuple[str, bytes]], data: str) -> tuple[np.ndarray, np
             np.frombuffer(SEPARATOR.join(val), dtype=np.uint8))
 
 
+def _check_sealed_folder(path: Path, data: str) -> None:
+    """A folder whose ``meta.json`` is sealed (a BPE folder, cached or prepared) must hold the
+    files that were built: :class:`DamagedCache` (one line naming the file) when one changed,
+    before anything else reads them. Other folders (a ``.bin`` folder of one's own, one written
+    before hashes were recorded) pass unchecked."""
+    meta_path = path / "meta.json"
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # absent, or unreadable: _bin_vocab says so
+    if not is_sealed(meta):
+        return
+    problem = record_damage(meta_path, meta, BIN_FILES) or damage(meta_path, meta, tuple(meta["sha256"]))
+    if problem:
+        raise DamagedCache(f"--data {data}: {problem}; delete the folder and build it again from its source text",
+                           problem)
+
+
 def _load_folder(path: Path, vocab_size: int | None, data: str, tokenizer: str | None = None) -> Corpus:
+    _check_sealed_folder(path, data)
     if (path / "train.bin").exists() or (path / "val.bin").exists():
         if not ((path / "train.bin").is_file() and (path / "val.bin").is_file()):
             raise DataError(f"--data {data}: a .bin folder needs both train.bin and val.bin")
@@ -205,15 +226,10 @@ def stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.n
         size, mtime = (len(src), 0) if isinstance(src, bytes) else (src.stat().st_size, src.stat().st_mtime_ns)
         key.update(f"{rel}:{size}:{mtime}\n".encode())
     stem = f"stdlib-py{sys.version.split()[0]}-{key.hexdigest()[:16]}"
-    cache = Path(cache_dir or os.environ.get("SEARCHMAPS_CACHE") or "~/.cache/searchmaps").expanduser()
+    cache = cache_root(cache_dir)
     bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
-    try:  # the .json is written after the .bin, so it vouches for a complete .bin
-        meta = json.loads(meta_path.read_text())
-        tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
-        if meta["n_train"] > 0 and meta["n_val"] > 0 and meta["n_train"] + meta["n_val"] == len(tokens):
-            return tokens[:meta["n_train"]], tokens[meta["n_train"]:]
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # missing or damaged cache: rebuild
+    if cached := _cached_bytes(bin_path, meta_path):
+        return cached[0], cached[1]
 
     train, val, total = [], [], 0
     for rel, src in docs:
@@ -229,11 +245,38 @@ def stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.n
     train_b, val_b = SEPARATOR.join(train), SEPARATOR.join(val)
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        atomic_write(bin_path, train_b + val_b)
-        atomic_write(meta_path, json.dumps({"n_train": len(train_b), "n_val": len(val_b)}).encode())
+        blob = train_b + val_b
+        atomic_write(bin_path, blob)
+        meta = seal({"n_train": len(train_b), "n_val": len(val_b)}, {bin_path.name: sha256_bytes(blob)})
+        atomic_write(meta_path, json.dumps(meta).encode())
     except OSError:
         pass  # an unwritable cache only costs a rebuild next time
     return np.frombuffer(train_b, dtype=np.uint8), np.frombuffer(val_b, dtype=np.uint8)
+
+
+def _cached_bytes(bin_path: Path, meta_path: Path) -> tuple[np.ndarray, np.ndarray, dict] | None:
+    """A cached byte corpus (``bin_path``: train then validation bytes; ``meta_path``, written
+    last: ``n_train``, ``n_val``, sealed by :func:`~searchmaps.data.cache.seal`) memory-mapped,
+    with its meta; None when there is none or it is damaged (said in one line on stderr) or
+    was written before hashes were recorded (rebuilt rather than trusted unchecked: its
+    source is here and rebuilds it byte for byte, stdlib in under a second, English in 12 s)."""
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None  # never built, or the build stopped before its record: build quietly
+    except (OSError, ValueError):
+        warn_rebuild(f"cache file {meta_path} is not readable JSON")
+        return None
+    problem = damage(meta_path, meta, (bin_path.name,))
+    if problem is None:
+        n_train, n_val = meta.get("n_train"), meta.get("n_val")
+        if (isinstance(n_train, int) and isinstance(n_val, int) and n_train > 0 and n_val > 0
+                and n_train + n_val == bin_path.stat().st_size):
+            tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
+            return tokens[:n_train], tokens[n_train:], unsealed(meta)
+        problem = f"cache file {meta_path} does not describe {bin_path.name}"
+    warn_rebuild(problem)
+    return None
 
 
 def english_limit(data: str) -> int | None | bool:
@@ -277,13 +320,8 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.n
     stem = f"english-{'all' if limit is None else limit}-{key}"
     cache = cache_root(cache_dir)
     bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
-    try:  # the .json is written after the .bin, so it vouches for a complete .bin
-        meta = json.loads(meta_path.read_text())
-        tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
-        if meta["n_train"] > 0 and meta["n_val"] > 0 and meta["n_train"] + meta["n_val"] == len(tokens):
-            return tokens[:meta["n_train"]], tokens[meta["n_train"]:], meta
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # missing or damaged cache: rebuild
+    if cached := _cached_bytes(bin_path, meta_path):
+        return cached
 
     import time
 
@@ -296,8 +334,9 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.n
             "build_seconds": round(time.perf_counter() - t0, 2)}
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        atomic_write(bin_path, train.tobytes() + val.tobytes())
-        atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+        blob = train.tobytes() + val.tobytes()
+        atomic_write(bin_path, blob)
+        atomic_write(meta_path, json.dumps(seal(meta, {bin_path.name: sha256_bytes(blob)}), indent=1).encode())
     except OSError:
         pass  # an unwritable cache only costs a rebuild next time
     return train, val, meta

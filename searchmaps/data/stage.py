@@ -9,9 +9,11 @@ import json
 import os
 from pathlib import Path
 
-from .cache import atomic_write, cache_root
+from .cache import DamagedCache, atomic_write, cache_root, record_damage, seal, sha256_bytes, warn_rebuild
 from .corpus import Corpus, DataError
 from .sources import count_docs, english_limit, english_tokens, is_bin, load_source
+
+BPE_FILES = ("tokenizer.json", "train.bin", "val.bin")
 
 
 def parse_tokenizer(spec: str | None) -> tuple[str, int | None]:
@@ -39,16 +41,27 @@ def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
     kind, n = parse_tokenizer(tokenizer)
     if kind == "bpe" and not is_bin(data):
         out = bpe_corpus_dir(data, n, cache_dir)
-        return load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
+        try:  # the load checks each file's sha256 against meta.json
+            return load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
+        except DamagedCache as exc:  # changed since it was built; its source is here to rebuild it
+            warn_rebuild(exc.problem)
+            return load_source(str(bpe_corpus_dir(data, n, cache_dir, rebuild=True)), cache_dir=cache_dir,
+                               tokenizer=tokenizer)
     return load_source(data, vocab_size, cache_dir, tokenizer)
 
 
 def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = None,
-                   out: Path | None = None, progress: bool = True) -> Path:
+                   out: Path | None = None, progress: bool = True, rebuild: bool = False) -> Path:
     """The folder of ``train.bin``/``val.bin``/``meta.json``/``tokenizer.json`` for ``--data``
     encoded by a byte-level BPE of ``vocab`` trained on its training split: found in the cache
     (keyed by the byte corpus's fingerprint, the vocabulary and the trainer settings) or built
-    there (or in ``out``). Nothing is written when the corpus is too small for the vocabulary."""
+    there (or in ``out``). Nothing is written when the corpus is too small for the vocabulary.
+
+    ``meta.json``, written last, records the sha256 of the other three files and of its own
+    fields. A cached folder whose ``meta.json`` is unreadable, edited or records no hashes
+    (built before they were recorded) is rebuilt, said in one line on stderr: training is
+    deterministic, so an intact one comes back byte for byte. The payload's hashes are checked
+    by the load (:func:`load_corpus`, which rebuilds with ``rebuild=True`` on a mismatch)."""
     from .. import bpe
 
     corpus = load_corpus(data, cache_dir=cache_dir, tokenizer="bytes")
@@ -62,8 +75,15 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     key = hashlib.sha256(json.dumps({"corpus": corpus.fingerprint, "vocab": vocab, "trainer": bpe.TRAINER,
                                      "tokenizers": tokenizers.__version__}, sort_keys=True).encode())
     folder = out or cache_root(cache_dir) / f"bpe{vocab}-{key.hexdigest()[:16]}"
-    if (folder / "meta.json").is_file() and out is None:  # meta.json is written last
-        return folder
+    if (folder / "meta.json").is_file() and out is None and not rebuild:  # meta.json is written last
+        try:
+            problem = record_damage(folder / "meta.json", json.loads((folder / "meta.json").read_text("utf-8")),
+                                    BPE_FILES)
+        except (OSError, ValueError):
+            problem = f"cache file {folder / 'meta.json'} is not readable JSON"
+        if problem is None:
+            return folder
+        warn_rebuild(problem)
     train_b, val_b = corpus.train.tobytes(), corpus.val.tobytes()
     try:
         tok_json = bpe.train(train_b, vocab)
@@ -82,8 +102,9 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     if english:
         meta["packages"], meta["versions"] = english["packages"], english["versions"]
     folder.mkdir(parents=True, exist_ok=True)
-    atomic_write(folder / "tokenizer.json", tok_json.encode())
-    atomic_write(folder / "train.bin", train_ids.tobytes())
-    atomic_write(folder / "val.bin", val_ids.tobytes())
+    payload = {"tokenizer.json": tok_json.encode(), "train.bin": train_ids.tobytes(), "val.bin": val_ids.tobytes()}
+    for name, blob in payload.items():
+        atomic_write(folder / name, blob)
+    meta = seal(meta, {name: sha256_bytes(blob) for name, blob in payload.items()})
     atomic_write(folder / "meta.json", json.dumps(meta, indent=1).encode())
     return folder
