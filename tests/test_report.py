@@ -775,6 +775,19 @@ def test_a_ladder_that_stopped_short_says_so_and_names_the_maps_left_out(tmp_pat
     assert between.count("95 % CI") == 2  # each consecutive τ with its interval
 
 
+def test_the_ranking_table_says_its_unit_and_shows_the_second_test_only_where_it_disagrees():
+    from searchmaps.report.ranking import ranking_table
+
+    row = dict(candidate="2,1|rope", flops_per_token=1e5, kv_bytes_per_token=1e3, n_seeds=5, n_failed=0, mean=9.0,
+               ci_low=8.9, ci_high=9.1, diff_to_reference=0.01, p_vs_reference=0.5, p_vs_reference_signflip=1.0,
+               in_top_group=True, pareto_optimal=True)
+    agree = dict(row, diff_to_best=0.02, p_vs_best=0.6, p_vs_best_signflip=1.0)
+    disagree = dict(row, candidate="4,1|rope", diff_to_best=0.2, p_vs_best=0.01, p_vs_best_signflip=0.5)
+    page = ranking_table(pd.DataFrame([agree, disagree]), "signflip")
+    assert "Δ loss vs best, nats (corrected p)" in page and "Δ loss vs reference, nats" in page
+    assert page.count("signflip disagrees") == 1 and "signflip disagrees: p = 0.5" in page
+
+
 def test_a_report_without_a_ladder_has_no_equal_flops_reading(realistic):
     assert not (realistic[0] / "equal_flops.csv").exists()
     assert "equal training FLOPs" not in (realistic[0] / "report.html").read_text()

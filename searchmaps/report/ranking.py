@@ -21,14 +21,16 @@ from .sentences import family_label, fmt_mean_ci, noise_sentence, p_eq, readmitt
 from .summary import METRIC, curve_table, first_errors
 
 
-def ranking_table(summary: pd.DataFrame, second_name: str, objectives=()) -> str:
+def ranking_table(summary: pd.DataFrame, second_name: str, objectives=(), alpha: float = 0.05) -> str:
     """One row per candidate of ``summary`` (:func:`~searchmaps.report.summary.build_summary`),
     best first, the top group highlighted, as HTML; a column for each of the study's
-    ``objectives`` the table does not show anyway, before the top group."""
+    ``objectives`` the table does not show anyway, before the top group. The differences
+    are in validation loss (nats, the tests' scale); the ``second_name`` test's p-value is
+    shown only where it disagrees with the first at ``alpha`` (all of them: summary.csv)."""
     shown = {"mean", "flops_per_token", "kv_bytes_per_token"}
     extra = [o for o in objectives if o.column not in shown and o.column in summary]
     head = ["#", "candidate", "FLOPs/token", "KV bytes/token", "seeds", "val ppl (mean ± 95 % CI)",
-            "Δ vs best (corrected p)", "Δ vs reference (corrected p)", *(o.short for o in extra), "top group",
+            "Δ loss vs best, nats (corrected p)", "Δ loss vs reference, nats (corrected p)", *(o.short for o in extra), "top group",
             "Pareto front"]
 
     def delta(d, p, p2):
@@ -36,7 +38,10 @@ def ranking_table(summary: pd.DataFrame, second_name: str, objectives=()) -> str
             return "–"
         if not np.isfinite(p):
             return "0 (itself)"
-        return f"{d:+.3g} ({html.escape(p_eq(p))})<br><small>{second_name}: {html.escape(p_eq(p2))}</small>"
+        out = f"{d:+.3g} ({html.escape(p_eq(p))})"
+        if np.isfinite(p2) and (p <= alpha) != (p2 <= alpha):  # the two tests disagree: show it
+            out += f"<br><small>{second_name} disagrees: {html.escape(p_eq(p2))}</small>"
+        return out
 
     def front(r) -> str:  # the front the seeds separate; one on means alone says so
         if r.get("pareto_separated", r["pareto_optimal"]):
@@ -112,7 +117,7 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: st
                         "Validation loss during training, one panel per map in ranking order (★: the top group), "
                         "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
                         "baseline's (dotted grey) to read the gap against. Axes are shared."))
-    table = ranking_table(summary, second_name, objectives)
+    table = ranking_table(summary, second_name, objectives, alpha)
     return Section(sentences=said, figures=figures, top_tables=[("Ranking", table)],
                    files={"summary.csv": summary.to_csv(index=False)})
 
