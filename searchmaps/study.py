@@ -194,15 +194,19 @@ class SearchStudy:
         """``--seeds`` above the study's ``before``: every told candidate is opened again (its
         new seeds train; its trial is told anew, with every seed, as a new trial that names
         the old one ``extends_trial``: Optuna cannot change a finished trial), then the
-        protocol records the count and the extension. Fewer seeds, or more in a racing study
-        (racing's looks are planned over the seeds), is a ConfigError and changes nothing."""
+        protocol records the count and the extension. Fewer seeds, or more in a racing or
+        promotion study (their decisions were taken over the seeds), is a ConfigError and
+        changes nothing."""
         now, name = self.plan.seeds, self.plan.study
         if now < before:
             raise ConfigError(f"--seeds {now}: --study {name} has {before} seeds; seeds are added to a study, never "
                               f"removed: run with --seeds {before} or more")
-        if self.plan.racing:
-            raise ConfigError(f"--seeds {now}: --study {name} is a racing study of {before} seeds, whose looks are "
-                              f"planned over its seeds, so more would change the decisions made; use another --study")
+        if self.plan.racing or self.plan.promote:
+            how = ("a racing study of {} seeds, whose looks are planned over its seeds" if self.plan.racing else
+                   "a --promote study of {} seeds, whose rungs were decided over its seeds (the stopped maps' "
+                   "saved states removed)").format(before)
+            raise ConfigError(f"--seeds {now}: --study {name} is {how}, so more would change the decisions made; "
+                              f"use another --study")
         starts = [t.datetime_start for t in self.study.get_trials(deepcopy=False) if t.datetime_start]
         history = self.seeds_history or [{"seeds": before, "at": _utc(min(starts)) if starts else None}]
         self.seeds_history = [*history, {"seeds": now, "at": _utc(datetime.now())}]

@@ -76,7 +76,7 @@ def test_more_seeds_reopen_told_candidates_and_tell_them_again_with_every_seed(s
     assert [h["seeds"] for h in again.study.user_attrs["protocol"]["seeds_history"]] == [2, 3]
 
 
-def test_fewer_seeds_or_more_seeds_in_a_racing_study_are_refused_and_change_nothing(space_file, tmp_path):
+def test_fewer_seeds_or_more_seeds_in_a_racing_or_promotion_study_are_refused_and_change_nothing(space_file, tmp_path):
     (tmp_path / "p").mkdir()
     study = study_of(plan_of(space_file, tmp_path, seeds=3))
     cand = study.plan.candidates[0]
@@ -94,6 +94,12 @@ def test_fewer_seeds_or_more_seeds_in_a_racing_study_are_refused_and_change_noth
     with pytest.raises(ConfigError, match=r"^--seeds 4: --study r is a racing study"):
         study_of(dataclasses.replace(race, seeds=4))
     assert optuna.load_study(study_name="r", storage=race.storage_url).user_attrs["protocol"]["seeds"] == 3
+    (tmp_path / "l").mkdir()
+    ladder = SearchPlan(space=load_space(str(space_file)), study="l", results_dir=tmp_path, budget_flops=1e12,
+                        seeds=2, ladder=(1024, 2048), promote=True)
+    study_of(ladder)
+    with pytest.raises(ConfigError, match=r"^--seeds 3: --study l is a --promote study of 2 seeds"):
+        study_of(dataclasses.replace(ladder, seeds=3))
     space = study.plan.space
     longer = dataclasses.replace(space, train=dataclasses.replace(space.train, tokens=4096))
     with pytest.raises(ConfigError, match=r"other settings \(seeds, tokens"):  # not seeds alone: refused as before
@@ -124,7 +130,7 @@ def test_the_last_lines_say_how_many_seeds_would_separate_the_top_group_and_the_
     assert lines[0].startswith(f"seeds to separate the top group: {n} would rule out 2,1|rope")
     assert lines[1] == (f"add them (the seeds trained are kept): python -m searchmaps.run --space ilr4 --seeds {n} "
                         f"--study 'x y'")
-    racing = seeds_lines(ok, DEFAULT_RULE, 0.05, command, racing=True)
+    racing = seeds_lines(ok, DEFAULT_RULE, 0.05, command, fixed="racing")
     assert racing[1] == f"a racing study takes no more seeds: add --seeds {n} with another --study"
     far = two_close_maps(gap=0.5)  # one map in the top group: nothing to add
     assert len(stats.top_group(stats.to_matrix(far, "val_loss"), DEFAULT_RULE, 0.05)) == 1
@@ -177,6 +183,8 @@ def test_the_same_command_with_more_seeds_trains_only_the_new_seed(ray_cluster, 
     assert info["seeds"] == 3 and [h["seeds"] for h in info["seeds_history"]] == [2, 3]
     report = write_report(results / "s")
     assert set(report.summary["n_seeds"]) == {3}  # the analysis uses every seed
+    md = (results / "s" / "report.md").read_text()
+    assert "Seeds: 3 per candidate" in md and "larger `--seeds`: 2 from " in md and ", then 3 from " in md
 
     files = {n: (results / "s" / n).read_bytes() for n in ("runs.csv", "study.json")}
     assert main([*argv, "--seeds", "1"]) == 2

@@ -105,17 +105,19 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
     if ok["candidate"].nunique() >= 2:
         for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
             print(line)
-        for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, racing=plan.racing):
+        fixed = "racing" if plan.racing else "--promote" if getattr(plan, "promote", False) else ""
+        for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, fixed=fixed):
             print(line)
 
 
-def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, racing: bool = False) -> list[str]:
+def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, fixed: str = "") -> list[str]:
     """When ``rule``'s top group holds more than one candidate: how many seeds would rule
     out its farthest member (the gap the seeds should resolve first) with 80 % power at the
     study's noise (:func:`searchmaps.stats.seeds_needed`, as ``searchmaps.report
     --target-effect`` plans), and the command that adds them: ``command`` with that
-    ``--seeds`` (the rows already trained are kept). Nothing when the group is one map or
-    the seeds already resolve that gap."""
+    ``--seeds`` (the rows already trained are kept), unless the study is ``fixed`` (racing,
+    --promote: such a study takes no more seeds). Nothing when the group is one map or the
+    seeds already resolve that gap."""
     mat = stats.to_matrix(ok, "val_loss")
     detail = rule_detail(mat, rule, alpha)
     means = mat.mean()
@@ -134,8 +136,8 @@ def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, r
         return []
     out = [f"seeds to separate the top group: {n} would rule out {far} ({gap:.3g} nats behind {best}, its widest "
            f"gap) with 80 % power at this noise ({rule} rule; it has {have})"]
-    if racing:
-        out.append(f"a racing study takes no more seeds: add --seeds {n} with another --study")
+    if fixed:
+        out.append(f"a {fixed} study takes no more seeds: add --seeds {n} with another --study")
     elif command:
         out.append(f"add them (the seeds trained are kept): {shlex.join(with_seeds(command, n))}")
     return out
