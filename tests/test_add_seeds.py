@@ -194,3 +194,12 @@ def test_the_same_command_with_more_seeds_trains_only_the_new_seed(ray_cluster, 
     assert len(trials(results, "s")) == len(ts)
     assert optuna.load_study(study_name="s", storage=f"sqlite:///{results}/s/optuna.db").user_attrs[
         "protocol"]["seeds"] == 3
+
+
+def test_the_command_printed_back_is_the_wrappers_or_the_module_with_its_arguments(monkeypatch):
+    from searchmaps.cli.common import command_words
+
+    monkeypatch.delenv("SEARCHMAPS_COMMAND", raising=False)
+    assert command_words("searchmaps.run", ["--seeds", "2"]) == ["python", "-m", "searchmaps.run", "--seeds", "2"]
+    monkeypatch.setenv("SEARCHMAPS_COMMAND", "bash dev.sh demo --study 'a b' ")  # dev.sh demo sets it
+    assert command_words("searchmaps.run", ["--seeds", "3"]) == ["bash", "dev.sh", "demo", "--study", "a b"]
