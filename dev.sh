@@ -62,7 +62,8 @@ case "$task" in
     setup
     # ILR's small model, the 15 maps with at most 6 applied layers, 3 seeds, 2 workers, on the
     # protocol the committed ladder study found stable for every map (lr 1e-3, wsd, 10 warm-up steps)
-    exec "$VENV/bin/python" -m searchmaps.run --space ilr4 --budget-flops 3.7e6 --seeds 3 \
+    # the command a search prints back with the seeds to add (searchmaps/cli/common.py: command_words)
+    SEARCHMAPS_COMMAND="bash dev.sh demo ${*:+$(printf '%q ' "$@")}" exec "$VENV/bin/python" -m searchmaps.run --space ilr4 --budget-flops 3.7e6 --seeds 3 \
       --lr 1e-3 --schedule wsd --warmup-steps 10 --tokens 2e5 "$@"
     ;;
   test)

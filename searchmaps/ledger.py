@@ -479,6 +479,12 @@ class Ledger:
                 candidates.c.state == CandidateState.TELLING, candidates.c.driver == e.driver).values(
                 driver=self.driver_id, updated_at=time.time())).rowcount == 1
 
+    def reopen_told(self) -> int:
+        """Every told candidate open again (``--seeds`` grew: its trial is told anew, with every seed)."""
+        with self.engine.begin() as conn:
+            return conn.execute(candidates.update().where(candidates.c.study == self.study, candidates.c.state
+                                == CandidateState.TOLD).values(state=CandidateState.OPEN, updated_at=time.time())).rowcount
+
     def end_tell(self, candidate: str, trial_number: int | None = None) -> None:
         values = {"state": CandidateState.TOLD, "updated_at": time.time()}
         if trial_number is not None:

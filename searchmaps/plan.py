@@ -348,15 +348,21 @@ class SearchPlan:
 
         return make_url(self.storage).render_as_string(hide_password=True)
 
-    def write_study_json(self) -> Path:
+    def write_study_json(self, seeds_history: list[dict] | None = None) -> Path:
         """``study.json``: the protocol and the planned comparisons, fixed before the runs.
-        Written atomically; planned comparisons registered earlier stand unless replaced."""
+        Written atomically; planned comparisons registered earlier stand unless replaced.
+        ``seeds_history``: the study's seed counts and when each began, once ``--seeds`` grew
+        (the study's record, :class:`~searchmaps.study.SearchStudy`)."""
         path = self.study_dir / "study.json"
         registered = read_study_json(path).get("planned", []) if path.exists() else []
+        protocol = json.loads(json.dumps(self.protocol()))
+        if seeds_history:  # beside the seed count
+            items = list(protocol.items())
+            at = list(protocol).index("seeds") + 1
+            protocol = dict(items[:at] + [("seeds_history", seeds_history)] + items[at:])
         info = {"study": self.study, "storage": self.storage_for_files(),
                 "storage_note": "a sqlite:/// path without a leading / is relative to this folder",
-                **json.loads(json.dumps(self.protocol())),
-                "planned": list(self.planned) or list(registered)}
+                **protocol, "planned": list(self.planned) or list(registered)}
         if self.target:
             info["target"] = self.target
         prescreen = self.study_dir / "prescreen.json"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
+from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -164,11 +165,14 @@ class SearchStudy:
             sampler=make_sampler(plan), load_if_exists=True))
         self.study_id = self.storage.get_study_id_from_name(plan.study)
         self._dists = distributions(plan)
+        self.seeds_history: list[dict] | None = None  # the seed counts of a study --seeds extended, and when
         self._check_protocol()
 
     def _check_protocol(self) -> None:
+        """A new study records the plan's protocol; a resumed one must share it, but for
+        ``--seeds``, which may grow (:meth:`_add_seeds`)."""
         protocol = _jsonable(self.plan.protocol())
-        old = self.study.user_attrs.get("protocol")
+        stored = old = self.study.user_attrs.get("protocol")
         if old is None:
             with warnings.catch_warnings():
                 # set_metric_names is flagged experimental since Optuna 3.2; it is how the dashboard names
@@ -177,11 +181,38 @@ class SearchStudy:
                 _retry(lambda: self.study.set_metric_names(list(self.plan.objectives)))
             _retry(lambda: self.study.set_user_attr("protocol", protocol))
             return
+        self.seeds_history = stored.get("seeds_history")
         old = {"objectives": list(DEFAULT), **old}  # a study from before --objectives told today's default
         diff = sorted(k for k in protocol if k in old and old[k] != protocol[k])
-        if diff:
+        if diff == ["seeds"]:
+            self._add_seeds(stored, int(old["seeds"]))
+        elif diff:
             raise ConfigError(f"--study {self.plan.study} already exists with other settings ({', '.join(diff)}); "
                               f"use another --study name or the original flags")
+
+    def _add_seeds(self, stored: dict, before: int) -> None:
+        """``--seeds`` above the study's ``before``: every told candidate is opened again (its
+        new seeds train; its trial is told anew, with every seed, as a new trial that names
+        the old one ``extends_trial``: Optuna cannot change a finished trial), then the
+        protocol records the count and the extension. Fewer seeds, or more in a racing or
+        promotion study (their decisions were taken over the seeds), is a ConfigError and
+        changes nothing."""
+        now, name = self.plan.seeds, self.plan.study
+        if now < before:
+            raise ConfigError(f"--seeds {now}: --study {name} has {before} seeds; seeds are added to a study, never "
+                              f"removed: run with --seeds {before} or more")
+        if self.plan.racing or self.plan.promote:
+            how = ("a racing study of {} seeds, whose looks are planned over its seeds" if self.plan.racing else
+                   "a --promote study of {} seeds, whose rungs were decided over its seeds (the stopped maps' "
+                   "saved states removed)").format(before)
+            raise ConfigError(f"--seeds {now}: --study {name} is {how}, so more would change the decisions made; "
+                              f"use another --study")
+        starts = [t.datetime_start for t in self.study.get_trials(deepcopy=False) if t.datetime_start]
+        history = self.seeds_history or [{"seeds": before, "at": _utc(min(starts)) if starts else None}]
+        self.seeds_history = [*history, {"seeds": now, "at": _utc(datetime.now())}]
+        self.ledger.reopen_told()  # first: a kill before the protocol is written extends again next time
+        _retry(lambda: self.study.set_user_attr("protocol", {**stored, "seeds": now,
+                                                             "seeds_history": self.seeds_history}))
 
     # ------------------------------------------------------------------ trials
 
@@ -201,10 +232,12 @@ class SearchStudy:
         values reported before its driver stopped are not reported again by a resume
         whose rungs were all done)."""
         params = candidate_params(self.plan, cand)
-        carried = self.storage.get_trial(self._id_of(replaces)).intermediate_values if replaces is not None else {}
+        old = self.storage.get_trial(self._id_of(replaces)) if replaces is not None else None
+        carried = old.intermediate_values if old is not None else {}
+        extends = {"extends_trial": replaces} if old is not None and "seeds" in old.user_attrs else {}  # --seeds grew
         template = optuna.trial.create_trial(state=TrialState.RUNNING, params=params,
                                              distributions={k: self._dists[k] for k in params},
-                                             user_attrs=self._attrs(cand), intermediate_values=carried)
+                                             user_attrs=self._attrs(cand) | extends, intermediate_values=carried)
         trial_id = _retry(lambda: self.storage.create_new_trial(self.study_id, template_trial=template))
         return self.storage.get_trial_number_from_id(trial_id)
 
@@ -316,7 +349,8 @@ class SearchStudy:
             return False
         entry = self.ledger.entry(label)
         number = entry.trial_number
-        if number is not None and self._told(number):  # a teller died between Optuna's tell and the ledger's
+        if number is not None and self._told(number, [r.seed for r in event.rows]):  # a teller died between
+            # Optuna's tell and the ledger's (a trial told fewer seeds is one --seeds extended: told anew)
             self.ledger.end_tell(label, number)
             return True
         if number is None or self.state(number) != TrialState.RUNNING:
@@ -356,11 +390,11 @@ class SearchStudy:
         self.ledger.end_tell(label, number)
         return True
 
-    def _told(self, number: int) -> bool:
-        """Whether trial ``number`` was told by :meth:`tell` (finished, with the result's
-        attributes), not closed because its driver stopped."""
+    def _told(self, number: int, seeds: list[int]) -> bool:
+        """Whether trial ``number`` was told by :meth:`tell` these ``seeds`` (finished, with
+        the result's attributes), not closed because its driver stopped."""
         t = self.storage.get_trial(self._id_of(number))
-        return t.state.is_finished() and "seeds" in t.user_attrs
+        return t.state.is_finished() and t.user_attrs.get("seeds") == seeds
 
     # ------------------------------------------------------------------ recovery
 
@@ -406,6 +440,11 @@ class SearchStudy:
                                                        "run the same command again to resume it")
                 closed += 1
         return closed
+
+
+def _utc(when: datetime) -> str:
+    """A time (Optuna's are naive local times) as UTC ISO text, to the second."""
+    return when.astimezone(timezone.utc).isoformat(timespec="seconds")
 
 
 def _jsonable(obj):

@@ -5,7 +5,9 @@ of the flags. Imports nothing of the library (the report's command never loads t
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import shlex
 import sys
 
 EXIT_USAGE = 2
@@ -34,6 +36,17 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):  # noqa: D401 - argparse API
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+
+def command_words(module: str, argv: list[str] | None = None) -> list[str]:
+    """The command the user ran, to print back with a flag changed: ``$SEARCHMAPS_COMMAND``
+    when a wrapper sets it (``bash dev.sh demo`` and its arguments), else the console script
+    (``searchmaps-run``) or ``python -m module``, then ``argv`` (default: the process's)."""
+    if os.environ.get("SEARCHMAPS_COMMAND"):
+        return shlex.split(os.environ["SEARCHMAPS_COMMAND"])
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    head = [script] if script.startswith("searchmaps-") else ["python", "-m", module]
+    return head + list(sys.argv[1:] if argv is None else argv)
 
 
 def fail(prog: str, exc: Exception) -> int:

@@ -30,7 +30,7 @@ from ..samplers import AUTO, SAMPLER_CHOICES
 from ..spaces import builtin_spaces, feasible_maps, load_space
 from ..supernet.method import SupernetMethod
 from ..stats import DEFAULT_RULE, RULES
-from .common import Parser, fail, number, numbers
+from .common import Parser, command_words, fail, number, numbers
 from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
                     add_supernet_args, ladder_from_args, parse_map, supernet_method, tokenizer_of, with_preset)
 from .search import EXIT_INTERRUPTED, headline, run_search
@@ -176,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
                                    progress=not args.quiet)
     # run -> close
     return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
-                      report=not args.no_report, narrow=narrow)
+                      report=not args.no_report, narrow=narrow, command=command_words("searchmaps.run", argv))
 
 
 def print_candidates(plan: SearchPlan, out=None) -> None:

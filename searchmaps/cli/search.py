@@ -57,9 +57,11 @@ def headline(plan: SearchPlan) -> str:
 
 
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
-               report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None) -> int:
+               report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None,
+               command: list[str] | None = None) -> int:
     """Open, run and close the search of ``plan``; the exit code. ``narrow`` (a prescreen)
-    may replace the plan once the study folder is made, before the study is opened. A bad
+    may replace the plan once the study folder is made, before the study is opened;
+    ``command`` (the words the user ran) is printed back with the seeds to add. A bad
     setting found on the way is one line and exit 2, and takes back the study folder this
     call made; a storage fault exit 1."""
     head = headline(plan)
@@ -84,7 +86,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         engine = engine or check_storage(plan.storage_url)
         ledger = Ledger(engine, plan.study)
         study = SearchStudy(plan, ledger)
-        plan.write_study_json()
+        plan.write_study_json(study.seeds_history)
         bar = ProgressBar(plan, quiet)
         driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
     except (ConfigError, DataError) as exc:
@@ -155,7 +157,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             if audit.sentence:
                 print(f"{prog}: {audit.sentence}", file=sys.stderr)
 
-            summarise(plan, driver.progress, driver.rows(), wall)
+            summarise(plan, driver.progress, driver.rows(), wall, command)
             if report:
                 write_report(prog, plan)
         except KeyboardInterrupt as exc:

@@ -58,6 +58,10 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: An
     seeds += f" (planned {planned})" if planned and (n_seeds != planned).any() else ""
     out.append(f"Seeds: {seeds} per candidate; seed s of every candidate uses the same data order and "
                f"initial draw, so comparisons are paired on seed.")
+    if len(info.get("seeds_history") or []) > 1:  # --seeds grew: the study's counts and when each began
+        out.append("Seeds added by running the study again with a larger `--seeds`: " + ", then ".join(
+            f"{h['seeds']} from {h.get('at') or '?'}" for h in info["seeds_history"])
+                   + "; every seed's rows are analysed.")
     if info.get("data"):
         out.append(f"Data: {info['data']} (fingerprint {info.get('data_fingerprint') or 'not recorded'}).")
     m = info.get("model") or {}

@@ -6,6 +6,7 @@ its seeds resolve), read from the rows the statistics use
 from __future__ import annotations
 
 import math
+import shlex
 import sys
 
 from .. import stats
@@ -54,11 +55,12 @@ class ProgressBar:
             self.bar.close()
 
 
-def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float) -> None:
+def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command: list[str] | None = None) -> None:
     """What this run did (``progress``, a :class:`~searchmaps.driver.Progress`), every
     candidate's result in ``all_rows`` (the study's records), and the answer: the top group
-    and the smallest difference the seeds can detect. ``plan`` a
-    :class:`~searchmaps.plan.SearchPlan`."""
+    and the smallest difference the seeds can detect; when the top group holds more than one
+    candidate, the seeds that would separate it and ``command`` (the words the user ran)
+    with that ``--seeds``. ``plan`` a :class:`~searchmaps.plan.SearchPlan`."""
     p = progress
     if p.trainings:
         outside = 1 - p.train_s / (wall_s * plan.workers) if wall_s > 0 else float("nan")
@@ -103,6 +105,58 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float) -> None:
     if ok["candidate"].nunique() >= 2:
         for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
             print(line)
+        fixed = "racing" if plan.racing else "--promote" if getattr(plan, "promote", False) else ""
+        for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, fixed=fixed):
+            print(line)
+
+
+def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, fixed: str = "") -> list[str]:
+    """When ``rule``'s top group holds more than one candidate: how many seeds would rule
+    out its farthest member (the gap the seeds should resolve first) with 80 % power at the
+    study's noise (:func:`searchmaps.stats.seeds_needed`, as ``searchmaps.report
+    --target-effect`` plans), and the command that adds them: ``command`` with that
+    ``--seeds`` (the rows already trained are kept), unless the study is ``fixed`` (racing,
+    --promote: such a study takes no more seeds). Nothing when the group is one map or the
+    seeds already resolve that gap."""
+    mat = stats.to_matrix(ok, "val_loss")
+    detail = rule_detail(mat, rule, alpha)
+    means = mat.mean()
+    others = sorted((c for c in detail.members if c != detail.best), key=lambda c: means[c])
+    if not others:
+        return []
+    far, best = others[-1], detail.best
+    gap = float(means[far] - means[best])
+    have = detectable_effect(mat, rule, alpha)["n_seeds"]
+    most = stats.get_rule(rule).max_seeds
+    n = stats.seeds_needed(mat, gap, rule, alpha, max_seeds=most) if gap > 0 else None
+    if n is None:
+        return [f"seeds to separate the top group: more than {most} would be needed to rule out {far} "
+                f"({gap:.3g} nats behind {best}, its widest gap) with 80 % power at this noise"]
+    if n <= have:
+        return []
+    out = [f"seeds to separate the top group: {n} would rule out {far} ({gap:.3g} nats behind {best}, its widest "
+           f"gap) with 80 % power at this noise ({rule} rule; it has {have})"]
+    if fixed:
+        out.append(f"a {fixed} study takes no more seeds: add --seeds {n} with another --study")
+    elif command:
+        out.append(f"add them (the seeds trained are kept): {shlex.join(with_seeds(command, n))}")
+    return out
+
+
+def with_seeds(words: list[str], n: int) -> list[str]:
+    """A command's words with every ``--seeds`` set to ``n`` (appended when it has none)."""
+    out, i, found = [], 0, False
+    while i < len(words):
+        w = words[i]
+        if w == "--seeds" and i + 1 < len(words):
+            out += [w, str(n)]
+            i, found = i + 2, True
+            continue
+        if w.startswith("--seeds="):
+            w, found = f"--seeds={n}", True
+        out.append(w)
+        i += 1
+    return out if found else out + ["--seeds", str(n)]
 
 
 def top_group_lines(ok, rule: str, alpha: float) -> list[str]:
