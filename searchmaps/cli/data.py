@@ -28,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "bpe":
             raise DataError(f"--tokenizer {args.tokenizer}: prepare trains a BPE; use bpe:N")
         out = Path(args.out).expanduser()
+        if out.exists() and not out.is_dir():
+            raise DataError(f"--out {args.out}: is a file; prepare writes a folder (train.bin, val.bin, meta.json)")
         if (out / "meta.json").exists():
             raise DataError(f"--out {args.out}: already holds a prepared corpus")
         bpe_corpus_dir(args.data, n, out=out)
