@@ -132,3 +132,29 @@ def test_the_report_of_a_results_root_lists_its_study_folders(tmp_path, capsys):
     err = refused(capsys, report_main, [str(root)], str(root / "a-study"), str(root / "b-study"))
     assert "not-a-study" not in err and err.index("a-study") < err.index("b-study")
     assert sorted(p.relative_to(root) for p in root.rglob("*")) == before  # nothing written
+
+
+# --------------------------------------------------------------------------- what a row says was evaluated
+
+
+@pytest.mark.parametrize("seeds", ["1", "2"])
+def test_a_row_records_the_held_out_tokens_actually_scored(tmp_path, seeds):
+    """A held-out split smaller than --eval-tokens is scored whole (in whole windows): the row's
+    eval_tokens_scored says how many tokens that was, its config what was asked (and hashed)."""
+    from searchmaps.data import load_corpus
+    from searchmaps.results import read_runs
+
+    text = tmp_path / "a.txt"
+    text.write_bytes(bytes(range(32, 127)) * 400)  # 38,000 bytes: the last 5 % (1,900) held out
+    held_out = len(load_corpus(str(text)).val)
+    assert 16 * 2 < held_out < 32768
+    runs = tmp_path / "runs.csv"
+    argv = [*TRAIN, "--data", str(text), "--tokens", "256", "--batch-size", "2", "--runs", str(runs), "--seeds", seeds]
+    assert train_main([*argv, "--eval-tokens", "32768"]) == 0
+    assert train_main([*argv, "--eval-tokens", "64", "--seed", "5"]) == 0  # a split large enough: what was asked
+    small, large = [r for r in read_runs(runs) if r.seed == 0], [r for r in read_runs(runs) if r.seed == 5]
+    assert small and large
+    for r in small:
+        assert r.config["train.eval_tokens"] == 32768  # as asked: the config and its hash are unchanged
+        assert r.eval_tokens_scored == (held_out - 1) // 16 * 16  # every whole 16-token window of the split
+    assert all(r.eval_tokens_scored == 64 for r in large)
