@@ -109,9 +109,12 @@ def test_prepare_refuses_an_out_that_is_a_file_before_training_the_tokenizer(tmp
     text.write_text("some text to train a tokenizer on. " * 400)
     out = tmp_path / "out"
     out.write_text("mine")
-    refused(capsys, data_main, ["prepare", "--data", str(text), "--tokenizer", "bpe:300", "--out", str(out)],
-            "--out", str(out))
+    for target in (out, out / "inside"):  # the folder, or a folder it would be made in, is a file
+        refused(capsys, data_main, ["prepare", "--data", str(text), "--tokenizer", "bpe:300", "--out", str(target)],
+                f"--out {target}", "is a file")
     assert out.read_text() == "mine"
+    refused(capsys, data_main, ["prepare", "--out", str(tmp_path / "new")], "--tokenizer")  # argparse's: one line
+    refused(capsys, data_main, [], "prepare|inspect")
 
 
 # --------------------------------------------------------------------------- supernet and report
