@@ -210,8 +210,9 @@ class TrainConfig:
         if self.micro_batch and self.batch_size % self.micro_batch:
             raise ConfigError(f"--micro-batch {self.micro_batch} does not divide --batch-size {self.batch_size}")
         object.__setattr__(self, "exit_eps", parse_exit_eps(self.exit_eps))
-        if not _finite(self.exit_tolerance) or float(self.exit_tolerance) <= 0:
-            raise ConfigError(f"--exit-tolerance must be a positive fraction of the full-depth loss (0.005 is "
+        if isinstance(self.exit_tolerance, bool) or not _finite(self.exit_tolerance) \
+                or not 0 < float(self.exit_tolerance) < 1:
+            raise ConfigError(f"--exit-tolerance is a fraction of the full-depth loss in (0, 1) (0.005 for "
                               f"0.5 %), got {self.exit_tolerance!r}")
         object.__setattr__(self, "exit_tolerance", float(self.exit_tolerance))
         if self.eval_protocol not in EVAL_PROTOCOLS:

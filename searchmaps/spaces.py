@@ -19,7 +19,7 @@ import numpy as np
 
 from . import flops
 from .config import (NO_SHARING, POSITIONAL_ENCODINGS, ConfigError, KvShare, ModelConfig, ReuseMap, TrainConfig,
-                     folder_name_problem, parse_kv_share)
+                     folder_name_problem, parse_exit_eps, parse_kv_share)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -189,8 +189,10 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
                 raise SpaceError(f"{src}: [train].{key} must be a number or a list of numbers (a ladder), got {values!r}")
             ladder, ladder_key = tuple(float(v) for v in values), key
             train_kw[key] = int(values[0]) if key == "tokens" else float(values[0])
+    if "exit_eps" in train_kw:
+        train_kw["exit_eps"] = _exit_eps(src, train_kw["exit_eps"])
     _check_keys(src, "model", model_kw, {k: hints[k] for k in ModelConfig.__dataclass_fields__})
-    _check_keys(src, "train", train_kw, {k: hints[k] for k in TrainConfig.__dataclass_fields__})
+    _check_keys(src, "train", train_kw, {k: hints[k] for k in TrainConfig.__dataclass_fields__} | {"exit_eps": None})
     _check_keys(src, "maps", maps_t, MAP_KEYS)
     train_kw = {"tokens": None, **train_kw} if "train_flops" in train_kw else train_kw
     built = {}
@@ -223,6 +225,18 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
                  maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder, lr_grid=lr_grid,
                  published=published, published_source=source, published_tokens=ptokens, **built)
+
+
+def _exit_eps(src: str, value) -> tuple[float, ...]:
+    """``[train].exit_eps``: a KL threshold or a list of them, as ``--exit-eps`` takes them."""
+    numeric = lambda v: type(v) in (int, float)  # noqa: E731 (TOML: no bools, no strings)
+    if not (numeric(value) or isinstance(value, list) and value and all(map(numeric, value))):
+        raise SpaceError(f"{src}: [train].exit_eps must be a KL threshold in nats or a list of them "
+                         f"(like [0, 1e-3, 1e-2]), got {value!r}")
+    try:
+        return parse_exit_eps(value if isinstance(value, list) else [value])
+    except ConfigError as e:
+        raise SpaceError(f"{src}: [train].exit_eps: {str(e).removeprefix('--exit-eps: ')}") from None
 
 
 def _published(src: str, table: dict, n_layers: int) -> tuple[tuple, str, int]:

@@ -88,11 +88,12 @@ def test_stdlib_cache_dir_from_env_and_unwritable_cache(stdlib, tmp_path, monkey
     assert load_corpus("stdlib", cache_dir=blocker).fingerprint == stdlib.fingerprint
 
 
-def test_stdlib_vocab_override(stdlib_cache):
+def test_stdlib_vocab_is_the_bytes(stdlib_cache):
     cache, first = stdlib_cache
-    assert load_corpus("stdlib", vocab_size=512, cache_dir=cache).vocab_size == 512
-    with pytest.raises(DataError, match="--vocab-size"):
-        load_corpus("stdlib", vocab_size=100, cache_dir=cache)
+    assert load_corpus("stdlib", vocab_size=256, cache_dir=cache).vocab_size == 256
+    for other in (100, 512):  # a byte corpus has 256 ids; another size would only change the model
+        with pytest.raises(DataError, match=f"--vocab-size {other}: a byte corpus has a vocabulary of 256"):
+            load_corpus("stdlib", vocab_size=other, cache_dir=cache)
 
 
 # --------------------------------------------------------------------------- a damaged cache (issue 35, item 3)

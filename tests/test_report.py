@@ -495,7 +495,8 @@ def corrupt(kind: str, folder: Path) -> None:
 
 @pytest.mark.parametrize("args, what", [
     (["{tmp}/nope"], "is not a folder"),
-    (["{tmp}"], "runs.csv does not exist"),
+    (["{empty}"], "runs.csv does not exist"),
+    (["{tmp}"], "is a folder of studies, not a study; pass one of: "),
     (["{failed}"], "no successful runs"),
     (["{good}", "--reference", "9,9"], "--reference"),
     (["{good}", "--alpha", "2"], "--alpha"),
@@ -517,6 +518,8 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, what):
     for kind in ("binary", "not_a_number", "empty_study_json", "damaged_study_json"):
         folders[kind] = make_study(tmp_path / kind, {"1,1|rope": [10.0, 11.0], "2,1|rope": [9.0, 10.5]})
         corrupt(kind, folders[kind])
+    folders["empty"] = tmp_path / "empty"
+    folders["empty"].mkdir()
     argv = [a.format(tmp=tmp_path, **folders) for a in args]
     out = run_cli("report", *argv, timeout=60)
     assert out.returncode == 2, out.stderr

@@ -81,6 +81,15 @@ def number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
 
 
+def thresholds(text: str) -> str:
+    """``--exit-eps``'s value: at least one threshold (checked as numbers by the config);
+    an empty value would turn the evaluation off without a word."""
+    if not [part for part in text.strip().strip("()[]").split(",") if part.strip()]:
+        raise argparse.ArgumentTypeError("give KL thresholds like 0,1e-3,1e-2, or no value for the default grid; "
+                                         f"got {text!r}")
+    return text
+
+
 def texts(text: str) -> tuple[str, ...]:
     """A comma list of settings, each stripped (checked where it is used, naming its flag)."""
     return tuple(x.strip() for x in text.split(","))

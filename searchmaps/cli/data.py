@@ -3,16 +3,16 @@ once into a folder, or say what a corpus holds. Bad input is one line and exit c
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 from ..data import DataError, bpe_corpus_dir, inspect, parse_tokenizer
+from .common import Parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = Parser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="prepare|inspect")
     pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
     pp.add_argument("--data", default="stdlib", help="stdlib, english, english:N, or a path")
     pp.add_argument("--tokenizer", required=True, help="bpe:N")
@@ -28,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
         if kind != "bpe":
             raise DataError(f"--tokenizer {args.tokenizer}: prepare trains a BPE; use bpe:N")
         out = Path(args.out).expanduser()
+        blocker = next((p for p in (out, *out.parents) if p.exists()), None)  # the nearest path that is there
+        if blocker is not None and not blocker.is_dir():
+            raise DataError(f"--out {args.out}: {'it' if blocker == out else blocker} is a file; prepare writes a "
+                            f"folder (train.bin, val.bin, meta.json)")
         if (out / "meta.json").exists():
             raise DataError(f"--out {args.out}: already holds a prepared corpus")
         bpe_corpus_dir(args.data, n, out=out)

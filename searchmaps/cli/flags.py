@@ -12,7 +12,7 @@ from ..config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POS
                       SCHEDULES, ConfigError, ModelConfig, ReuseMap)
 from ..presets import PRESETS, get_preset
 from ..supernet.method import SAMPLINGS, SPLIT_BUDGETS, SPLITS, SupernetMethod
-from .common import count, counts, number, numbers, texts
+from .common import count, counts, number, numbers, texts, thresholds
 
 # --------------------------------------------------------------------------- flag groups
 
@@ -94,13 +94,13 @@ def add_proxy_args(g, search: bool) -> None:
                    help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows; "
                         f"ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
     grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
-    g.add_argument("--exit-eps", nargs="?", const=grid, default=None, metavar="E1,E2,...",
+    g.add_argument("--exit-eps", nargs="?", const=grid, default=None, type=thresholds, metavar="E1,E2,...",
                    help=f"also evaluate each recorded rung's weights under per-token convergence exit (a token stops "
                         f"repeating once the KL between its successive predictions is below E) at these thresholds "
                         f"(without a value: {grid}); adds the exit_* columns (docs/training.md)")
     g.add_argument("--exit-tolerance", type=number, default=None, metavar="FRAC",
-                   help="the exit_* columns are those of the largest threshold whose validation loss stays within "
-                        "this fraction of full depth's (default 0.005: 0.5 %%)")
+                   help="with --exit-eps: the exit_* columns are those of the largest threshold whose validation "
+                        "loss stays within this fraction of full depth's, in (0, 1) (default 0.005: 0.5 %%)")
     g.add_argument("--precision", choices=("auto", "fp32", "bf16"), default="auto",
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
@@ -176,6 +176,14 @@ def train_overrides(args: argparse.Namespace) -> dict:
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
     return out
+
+
+def check_exit_tolerance(args: argparse.Namespace, exit_eps: tuple, where: str = "") -> None:
+    """``--exit-tolerance`` picks among the exit thresholds: without any (``--exit-eps``, or
+    ``where``: the space file's key) it would be ignored, so it is refused naming both."""
+    if getattr(args, "exit_tolerance", None) is not None and not exit_eps:
+        raise ConfigError(f"--exit-tolerance {args.exit_tolerance:g} picks among the --exit-eps thresholds; give "
+                          f"--exit-eps{where} too, or leave --exit-tolerance out")
 
 
 def ladder_from_args(args: argparse.Namespace) -> tuple[float, ...] | None:

@@ -32,7 +32,8 @@ from ..supernet.method import SupernetMethod
 from ..stats import DEFAULT_RULE, RULES
 from .common import Parser, command_words, fail, number, numbers
 from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
-                    add_supernet_args, ladder_from_args, parse_map, supernet_method, tokenizer_of, with_preset)
+                    add_supernet_args, check_exit_tolerance, ladder_from_args, parse_map, supernet_method,
+                    tokenizer_of, with_preset)
 from .search import EXIT_INTERRUPTED, headline, run_search
 
 
@@ -129,6 +130,7 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     train["compile"] = resolve_compile(args.compile, device)
     model = {k: v for k, v in model.items() if k != "n_layers"}
     space = space.with_overrides(model=model, train=train)
+    check_exit_tolerance(args, space.train.exit_eps, where=f" (or [train] exit_eps in {space.source})")
     pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,
                   study="-", results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,

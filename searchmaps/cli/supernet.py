@@ -58,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        if args.validate < 0:
+            raise ConfigError(f"--validate must be a number of maps >= 0 (0: no stand-alone validation), "
+                              f"got {args.validate}")
         method = supernet_method(args)
         if args.prescreen:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")

@@ -16,7 +16,7 @@ from ..schedule import make_ladder
 from ..train import train_ladder, train_packed
 from .common import Parser, fail, number
 from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
-                    ladder_from_args, tokenizer_of, with_preset)
+                    check_exit_tolerance, ladder_from_args, tokenizer_of, with_preset)
 
 
 def build_parser() -> Parser:
@@ -52,6 +52,7 @@ def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | 
     device = resolve_device(args.device)
     train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
                             compile=resolve_compile(args.compile, device), **train_kw)
+    check_exit_tolerance(args, train_cfg.exit_eps)
     return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
                      threads=args.threads, device=device, preset=args.preset or "")
 

@@ -103,10 +103,16 @@ def _check_bin_tokenizer(meta: Path, tokenizer: str | None, data: str) -> str:
     return recorded if isinstance(recorded, str) else "bin"
 
 
+BYTE_VOCAB = 256
+
+
 def _byte_vocab(vocab_size: int | None) -> int:
-    if vocab_size is not None and vocab_size < 256:
-        raise DataError(f"--vocab-size {vocab_size} is too small for a byte corpus (needs >= 256)")
-    return vocab_size or 256
+    """A byte corpus's vocabulary: 256, whatever ``--vocab-size`` says otherwise is refused
+    (it would build a model of a size the data cannot use)."""
+    if vocab_size is not None and vocab_size != BYTE_VOCAB:
+        raise DataError(f"--vocab-size {vocab_size}: a byte corpus has a vocabulary of {BYTE_VOCAB} (leave "
+                        f"--vocab-size out, or use --tokenizer bpe:N for another size)")
+    return BYTE_VOCAB
 
 
 def _bin_vocab(vocab_size: int | None, meta: Path, data: str) -> int:

@@ -33,6 +33,14 @@ class ReportError(ValueError):
 # --------------------------------------------------------------------------- loading
 
 
+def study_folders(root) -> list[Path]:
+    """The study folders (those holding a study.json) directly under ``root``, sorted."""
+    try:
+        return sorted(p for p in Path(root).iterdir() if p.is_dir() and (p / "study.json").is_file())
+    except OSError:
+        return []
+
+
 def load_runs(study_dir) -> list[RunRecord]:
     """Every record of ``study_dir/runs.csv``; ReportError when there is no such folder
     or file, or the file is unreadable."""
@@ -41,6 +49,10 @@ def load_runs(study_dir) -> list[RunRecord]:
         raise ReportError(f"{d} is not a folder; pass a study folder results/<study> written by searchmaps.run")
     path = d / "runs.csv"
     if not path.is_file():
+        studies = [] if (d / "study.json").exists() else study_folders(d)
+        if studies:  # a results root: name what it holds
+            raise ReportError(f"{d} is a folder of studies, not a study; pass one of: "
+                              + ", ".join(str(s) for s in studies))
         raise ReportError(f"{path} does not exist; run searchmaps.run for this study first")
     try:
         records = read_runs(path)

@@ -111,6 +111,9 @@ class RunRecord:
     curve: tuple = ()  # validation points: ({"step", "tokens", "val_loss"}, ...)
     config: Mapping = field(default_factory=dict)
     kv_share: KvShare = NO_SHARING  # --kv-share (memory-shared loops; text is parsed); rows from before it: none
+    # held-out tokens each validation actually scored: config.train.eval_tokens is what was asked (in the hash),
+    # this what a smaller split (or whole windows, or --eval-protocol ilr) gave; 0 where not measured
+    eval_tokens_scored: int = 0
     # the learning rate the row trained at (the config's train.lr, read once here; NaN where it has none)
     lr: float = field(init=False, repr=False, compare=False)
 
@@ -208,7 +211,7 @@ def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) 
 
 _FIELD_NAMES = [f.name for f in dataclasses.fields(RunRecord) if f.init]  # lr is read from the config
 _INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
-        "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed"}
+        "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed", "eval_tokens_scored"}
 _FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb",
           "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"}
 COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", "status", "error", "horizon",
@@ -217,7 +220,7 @@ COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", 
            "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
            "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
            "packed", "torch_version", "host", "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token",
-           "exit_grid", "exit_s", "curve", "kv_share"]
+           "exit_grid", "exit_s", "curve", "kv_share", "eval_tokens_scored"]
 _RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
 _REQUIRED = ("map", "pe", "seed", "status")
 

@@ -37,7 +37,8 @@ from ..results import RunRecord, Status, describe, failed_record
 from ..schedule import lr_at, make_ladder, plan_steps
 from .ladder import EvalCallback, Training, climb, progress_total
 from .records import History, RungRecords, failure_reason, unrun_records, wanted_rungs
-from .step import DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Distill, Guard, Stop, TrainStep, autocast, evaluate, validation_batches
+from .step import (DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Distill, Guard, Stop, TrainStep, autocast, evaluate,
+                   scored_tokens, validation_batches)
 
 __all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "validation_batches", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Distill", "Guard", "Stop", "History", "failure_reason"]
@@ -125,8 +126,9 @@ def train_ladder(
     """
     corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     cfg = spec.model
-    rungs = RungRecords(lad, {i: describe(lad.specs[i], corpus.fingerprint).replace(device=device, rung=i)
-                              for i in range(first, last + 1)}, wanted, on_rung)
+    scored = scored_tokens(corpus, spec)
+    rungs = RungRecords(lad, {i: describe(lad.specs[i], corpus.fingerprint).replace(
+        device=device, rung=i, eval_tokens_scored=scored) for i in range(first, last + 1)}, wanted, on_rung)
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
@@ -197,8 +199,10 @@ def train_packed(
     corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     lads = [make_ladder(s, horizons) for s in specs]
     n = len(specs)
+    scored = scored_tokens(corpus, spec)
     per_seed = [RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint).replace(
-        device=device, rung=i, packed=n) for i in range(first, last + 1)}, wanted, on_rung) for k in range(n)]
+        device=device, rung=i, packed=n, eval_tokens_scored=scored) for i in range(first, last + 1)}, wanted,
+        on_rung) for k in range(n)]
     rungs = PackedRungs(per_seed)
     torch.set_num_threads(spec.threads)
     seeds = ",".join(str(s.seed) for s in specs)

@@ -213,6 +213,13 @@ def validation_batches(corpus: Corpus, spec: TrialSpec) -> list[tuple[torch.Tens
     return val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
 
 
+def scored_tokens(corpus: Corpus, spec: TrialSpec) -> int:
+    """Held-out tokens one validation of ``spec`` scores (the targets of
+    :func:`validation_batches`): ``eval_tokens`` asked, fewer where the split is smaller, rounded
+    to whole windows (``ilr``: ``seq_len - 1`` targets a sequence). A row's ``eval_tokens_scored``."""
+    return sum(y.numel() for _, y in validation_batches(corpus, spec))
+
+
 def make_optimizer(model: LoopedLM, spec: TrialSpec) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices and embeddings, and on norm gains only with
     ``decay_gains``."""
