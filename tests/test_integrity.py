@@ -202,3 +202,31 @@ def test_a_copy_cut_mid_search_is_whole_when_the_search_ends(space_file, tmp_pat
     assert sorted((r.map, r.seed) for r in rows) == sorted((m, s) for m in ("1,1", "2,1", "1,2") for s in (0, 1))
     assert "restored from the storage" in err, err[-2000:]
     assert not runs.read_bytes().endswith(b",") and runs.read_text().count("\n") == 7
+
+
+@pytest.mark.e2e
+def test_an_optuna_db_deleted_mid_search_is_said_and_rebuilt_from_runs_csv(space_file, tmp_path, ray_env, ray_cluster):
+    """The driver stops itself after the first candidate is told and its optuna.db is deleted
+    meanwhile: the search goes on (its connection writes to the deleted file), says so at the
+    end and rebuilds the storage from runs.csv, so the folder ends with a whole study."""
+    from test_search import MAPS, assert_each_pair_once, assert_study_closed, common, trials, wait_stopped
+
+    results = tmp_path / "res"
+    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", "gone"),
+            "--ray-address", ray_cluster]
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True)
+    try:
+        wait_stopped(proc)
+        (results / "gone" / "optuna.db").unlink()
+        os.kill(proc.pid, signal.SIGCONT)
+        _, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGCONT)
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-2000:]
+    assert "optuna.db was deleted while the search ran; every row is in runs.csv" in err, err[-2000:]
+    rows = read_runs(results / "gone" / "runs.csv")
+    assert_each_pair_once(rows, MAPS, seeds=2)
+    assert (results / "gone" / "optuna.db").is_file()
+    assert_study_closed(trials(results, "gone"))  # every candidate told again from the rows

@@ -58,7 +58,7 @@ def headline(plan: SearchPlan) -> str:
 
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
                report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None,
-               command: list[str] | None = None) -> int:
+               command: list[str] | None = None, rebuilt: bool = False) -> int:
     """Open, run and close the search of ``plan``; the exit code. ``narrow`` (a prescreen)
     may replace the plan once the study folder is made, before the study is opened;
     ``command`` (the words the user ran) is printed back with the seeds to add. A bad
@@ -105,7 +105,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
 
     # run: Ctrl-C and SIGTERM become Interrupted wherever the main thread is
     previous = {s: signal.signal(s, _on_signal) for s in EXIT_INTERRUPTED}
-    ray, wall = None, 0.0
+    ray, wall, rebuild = None, 0.0, False
     try:
         if driver.has_work():
             from ..executor import execute, start_ray
@@ -150,16 +150,22 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             if ray is not None and not ray_address:
                 ray.shutdown()
                 restore_handlers()  # ray.shutdown() puts Python's default handlers back
-            from ..audit import audit_runs
-            from ..report.terminal import summarise
+            lost = lost_storage_file(plan)
+            if lost is not None and not rebuilt:  # the rows went to a deleted file: runs.csv holds them
+                print(f"{prog}: {lost} was deleted while the search ran; every row is in runs.csv — rebuilding the "
+                      f"storage from it", file=sys.stderr)
+                rebuild = True
+            else:
+                from ..audit import audit_runs
+                from ..report.terminal import summarise
 
-            audit = audit_runs(plan.study_dir / "runs.csv", driver.rows())  # the storage is the source of truth
-            if audit.sentence:
-                print(f"{prog}: {audit.sentence}", file=sys.stderr)
+                audit = audit_runs(plan.study_dir / "runs.csv", driver.rows())  # the storage is the source of truth
+                if audit.sentence:
+                    print(f"{prog}: {audit.sentence}", file=sys.stderr)
 
-            summarise(plan, driver.progress, driver.rows(), wall, command)
-            if report:
-                write_report(prog, plan)
+                summarise(plan, driver.progress, driver.rows(), wall, command)
+                if report:
+                    write_report(prog, plan)
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", None) or (_received[-1] if _received else signal.SIGINT)
             for s in EXIT_INTERRUPTED:
@@ -170,7 +176,19 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     finally:
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
+    if rebuild:  # the same command again, at once: a new storage, its trials told from runs.csv's rows
+        return run_search(prog, plan, ray_address, quiet, report, command=command, rebuilt=True)
     return 0
+
+
+def lost_storage_file(plan: SearchPlan) -> Path | None:
+    """The SQLite file of the study's storage when it is gone (deleted while the search
+    ran: the open connection kept writing to the deleted file); None otherwise."""
+    url = plan.storage_url
+    if not url.startswith("sqlite:///"):
+        return None
+    path = Path(url[len("sqlite:///"):])
+    return None if path.is_file() else path
 
 
 def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
