@@ -1184,3 +1184,29 @@ def test_learning_curves_are_one_panel_per_map_with_distinct_colours_and_a_short
     ticked = [k for k in fig.layout if k.startswith("xaxis") and fig.layout[k].title.text == "training tokens"
               and fig.layout[k].showticklabels]
     assert sorted(ticked) == ["xaxis3", "xaxis4", "xaxis5", "xaxis6"]
+
+
+def test_the_terminal_answers_at_equal_tokens_and_at_equal_flops(tmp_path):
+    from helpers import ladder_results, make_ladder_study, study_records
+
+    from searchmaps.report.compute import ladder_rows
+    from searchmaps.report.terminal import compute_lines
+    from searchmaps.results import read_runs, records_frame, statistics_rows
+    from searchmaps.stats import DEFAULT_RULE, equal_flops
+
+    horizons, by_rung = ladder_results()
+    frame = records_frame(read_runs(make_ladder_study(tmp_path / "lad", horizons, by_rung) / "runs.csv"))
+    ok = statistics_rows(frame)
+    scale, flops = compute_lines(ok, frame, DEFAULT_RULE, 0.05)
+    per = 1.6e6 / 41_120  # the last rung's tokens over the rows' parameters
+    assert scale.startswith(f"scale: compared at equal tokens (1,600,000 each), {per:.2g} tokens per parameter")
+    table = equal_flops(ladder_rows(frame), reference="1,1,1,1|rope")
+    at = table[table["budget_flops"] == table["budget_flops"].max()]
+    top = ", ".join(at[at["top_group"]]["candidate"])
+    assert flops == (f"at equal training FLOPs (1.92e+12, read from the ladder): top group {top} "
+                     f"({at['top_group'].sum()} of 5); best {at[at['best']]['candidate'].iloc[0]}")
+
+    one = records_frame(study_records({"1,1|rope": [10.0, 10.2, 10.4], "2,1|rope": [9.0, 9.1, 9.3]}))
+    lines = compute_lines(statistics_rows(one), one, DEFAULT_RULE, 0.05)
+    assert lines[1] == ("at equal training FLOPs: one horizon cannot say (these maps spend 200,000 to 300,000 FLOPs "
+                        "per token); a --ladder reads them at equal compute (equal_flops.csv)")

@@ -108,6 +108,41 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
         fixed = "racing" if plan.racing else "--promote" if getattr(plan, "promote", False) else ""
         for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, fixed=fixed):
             print(line)
+        for line in compute_lines(ok, frame, plan.top_group_rule, plan.alpha):
+            print(line)
+
+
+def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:
+    """The question under its two readings: what the maps were compared at (equal tokens or
+    equal training FLOPs, and how many tokens per parameter that is), and at equal training
+    FLOPs the top group a ladder reads (:func:`searchmaps.stats.equal_flops`), or why one
+    horizon cannot."""
+    from .compute import ladder_rows
+
+    tokens, params = ok["tokens"].astype(float), ok["n_params"].astype(float)
+    per = tokens / params.where(params > 0)
+    flop_matched = (ok["horizon"] == "train_flops").any()
+    span = (f"{per.min():.2g} to {per.max():.2g}" if per.max() > 1.01 * per.min() else f"{per.median():.2g}")
+    seen = ("equal training FLOPs" if flop_matched else f"equal tokens ({tokens.median():,.0f} each)")
+    out = [f"scale: compared at {seen}, {span} tokens per parameter; ILR trained its maps on about 500 M tokens, "
+           f"and rankings are usually trusted from about 20 tokens per parameter"]
+    if flop_matched:
+        return out
+    rows = ladder_rows(frame)
+    if rows is None:
+        f = ok["flops_per_token"].astype(float)
+        out.append(f"at equal training FLOPs: one horizon cannot say (these maps spend {f.min():,.0f} to {f.max():,.0f} "
+                   f"FLOPs per token); a --ladder reads them at equal compute (equal_flops.csv)")
+        return out
+    table = stats.equal_flops(rows, reference=stats.reference_candidate(ok), alpha=alpha, rule=rule)
+    if table.empty:
+        return out
+    counts = table.groupby("budget_flops")["candidate"].nunique()
+    at = table[table["budget_flops"] == counts[counts == counts.max()].index.max()]
+    top = at[at["top_group"]]["candidate"].tolist()
+    out.append(f"at equal training FLOPs ({at['budget_flops'].iloc[0]:.3g}, read from the ladder): top group "
+               f"{', '.join(top)} ({len(top)} of {len(at)}); best {at[at['best']]['candidate'].iloc[0]}")
+    return out
 
 
 def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, fixed: str = "") -> list[str]:
