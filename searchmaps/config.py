@@ -30,7 +30,7 @@ Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]
 Init = Literal["scaled", "normal"]
-EvalProtocol = Literal["windows", "ilr"]
+EvalProtocol = Literal["windows", "ilr", "spread"]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
 RESIDUALS: tuple[str, ...] = get_args(Residual)
@@ -156,7 +156,8 @@ class TrainConfig:
     warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung
     decay_gains: bool = False  # weight decay on every parameter, RMSNorm gains included (ILR); False: gains exempt
     micro_batch: int = 0  # sequences per forward/backward, gradients accumulated over the step's batch; 0: all
-    eval_protocol: EvalProtocol = "windows"  # windows: fixed seq_len windows; ilr: first seq_len of 4,096-token chunks
+    eval_protocol: EvalProtocol = "windows"  # windows: the split's first windows; ilr: first seq_len of 4,096-token
+    # chunks; spread: windows spread evenly over the whole split
     # per-token convergence exit (searchmaps.train.exit), an evaluation of the trained weights at each
     # recorded rung: the KL thresholds tried (empty: no exit evaluation) and the loss tolerance that picks one
     exit_eps: tuple[float, ...] = ()

@@ -365,3 +365,35 @@ def test_val_batches_capped_by_split(tmp_path):
     c = load_corpus(str(p), vocab_size=7)  # 100 held-out tokens
     vb = val_batches(c, 2, 10, max_tokens=10_000)
     assert sum(y.numel() for _, y in vb) == 90  # (100 - 1) // 10 whole windows
+
+
+def test_spread_windows_cover_the_whole_held_out_split_and_are_the_same_for_every_map_and_seed():
+    """--eval-protocol spread: the split's first documents alone are not the evaluation. Ten
+    'documents' of 1,000 tokens each (token id = document number): windows from every one."""
+    import dataclasses
+
+    from searchmaps.config import ModelConfig, ReuseMap, TrainConfig, TrialSpec
+    from searchmaps.data import Corpus, spread_val_batches
+    from searchmaps.train.step import validation_batches
+
+    val = np.repeat(np.arange(10, dtype=np.uint16), 1000)
+    corpus = Corpus("docs", np.zeros(5000, np.uint16), val, 256, "bin", "0" * 12)
+    first = val_batches(corpus, 4, 32, 640)  # the old default: 20 windows, all from document 0
+    assert {int(t) for x, _ in first for t in x.unique()} == {0}
+    spread = spread_val_batches(corpus, 4, 32, 640)
+    x = torch.cat([b[0] for b in spread])
+    assert x.shape == (20, 32) and sum(len(b[1]) for b in spread) == 20  # the same number of windows
+    assert {int(t) for t in x.unique()} == set(range(10))  # every document is read
+    assert int(torch.cat([b[1] for b in spread])[-1, -1]) == 9  # the last window ends at the split's end
+    assert torch.equal(x[0], torch.from_numpy(val[:32].astype(np.int64)))
+    # fewer whole windows than asked: the whole split, end to end, as the windows protocol reads it
+    small = Corpus("small", corpus.train, val[:1000], 256, "bin", "0" * 12)
+    for (a, b), (c, d) in zip(spread_val_batches(small, 4, 32, 4096), val_batches(small, 4, 32, 4096)):
+        assert torch.equal(a, c) and torch.equal(b, d)
+    # a function of the split and the settings: every map and seed is scored on the same windows
+    base = TrialSpec(model=ModelConfig(vocab_size=256, seq_len=32, reuse=ReuseMap.parse("1,1,1,1", 4)),
+                     train=TrainConfig(eval_protocol="spread", eval_tokens=640, batch_size=4), seed=0)
+    other = dataclasses.replace(base, seed=3, model=dataclasses.replace(base.model, reuse=ReuseMap.parse("4,2,1,1", 4)))
+    for (a, b), (c, d) in zip(validation_batches(corpus, base), validation_batches(corpus, other)):
+        assert torch.equal(a, c) and torch.equal(b, d)
+    assert torch.equal(torch.cat([b[0] for b in validation_batches(corpus, base)]), x)

@@ -91,8 +91,10 @@ def add_proxy_args(g, search: bool) -> None:
                    help="compute each step's --batch-size sequences N at a time, gradients accumulated (the same "
                         "update up to float rounding; for a batch that does not fit); default 0: all at once")
     g.add_argument("--eval-protocol", default=None,
-                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows; "
-                        f"ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
+                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows "
+                        f"from the split's start; spread: --eval-tokens worth of windows spread evenly over the whole "
+                        f"held-out split (every document in proportion to its length); ilr: the first --seq-len tokens "
+                        f"of each 4,096-token held-out sequence")
     grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
     g.add_argument("--exit-eps", nargs="?", const=grid, default=None, type=thresholds, metavar="E1,E2,...",
                    help=f"also evaluate each recorded rung's weights under per-token convergence exit (a token stops "

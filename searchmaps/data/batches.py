@@ -78,6 +78,24 @@ def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
     return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
 
 
+def spread_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
+                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``--eval-protocol spread``: ``min(max_tokens, available) // seq_len`` windows of
+    ``seq_len`` targets spread evenly over the whole validation split (the first at its start,
+    the last at its end, equal steps between), so every held-out document is scored in
+    proportion to its length, not only the split's first files. Where the split holds fewer
+    whole windows than asked, it is read end to end as :func:`val_batches` reads it. The
+    windows are a function of the split and the settings only: the same for every map and
+    seed, so comparisons stay paired."""
+    check_fits(corpus, batch_size, seq_len, max_tokens)
+    fit = (len(corpus.val) - 1) // seq_len
+    n = min(max_tokens // seq_len, fit)
+    last = len(corpus.val) - 1 - seq_len  # the last window's start: its targets end at the split's last token
+    starts = np.arange(n) * seq_len if n == fit else np.linspace(0, last, n).round().astype(np.int64)
+    windows = corpus.val[starts[:, None] + np.arange(seq_len + 1)]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
 def ilr_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int, chunk: int = 4096
                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """ILR's evaluation (``--eval-protocol ilr``): the validation split cut into consecutive

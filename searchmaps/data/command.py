@@ -4,12 +4,10 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
-from .corpus import DataError
 from .sources import english_limit, english_tokens
-from .stage import bpe_corpus_dir, load_corpus, parse_tokenizer
+from .stage import load_corpus
 
 
 def inspect(folder: str) -> str:
