@@ -1210,3 +1210,17 @@ def test_the_terminal_answers_at_equal_tokens_and_at_equal_flops(tmp_path):
     lines = compute_lines(statistics_rows(one), one, DEFAULT_RULE, 0.05)
     assert lines[1] == ("at equal training FLOPs: one horizon cannot say (these maps spend 200,000 to 300,000 FLOPs "
                         "per token); a --ladder reads them at equal compute (equal_flops.csv)")
+
+
+def test_two_maps_with_identical_rows_do_not_crash_the_terminal_summary():
+    """A map with and without --kv-share where sharing changes nothing (1,1,1,1): bit-identical
+    losses on every seed, so one residual sd is 0. The summary's noise line used to raise."""
+    from helpers import study_records
+
+    from searchmaps.report.terminal import top_group_lines
+    from searchmaps.results import records_frame, statistics_rows
+    from searchmaps.stats import DEFAULT_RULE
+
+    ok = statistics_rows(records_frame(study_records({"1,1|rope": [52.8, 52.5, 53.1], "2,1|rope": [52.8, 52.5, 53.1]})))
+    lines = top_group_lines(ok, DEFAULT_RULE, 0.05)
+    assert any(line.startswith("top group") and "1,1|rope" in line and "2,1|rope" in line for line in lines)

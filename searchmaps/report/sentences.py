@@ -267,6 +267,8 @@ def _noise_sentence(check: dict) -> str | None:
             f"the {rule} rule's")
     if check["pools"]:
         text += f", which assumes equal noise: --top-group {DEFAULT_RULE} does not"
+    if pooled is None:  # the equal-noise rule was not asked (its top group is not computed): nothing to compare
+        return text + "."
     added, lost = [c for c in pooled if c not in group], [c for c in group if c not in pooled]
     if rule == other or (not added and not lost):
         return text + ("." if rule == other else f"; {other}, which assumes equal noise, gives the same top group.")
