@@ -1224,3 +1224,7 @@ def test_two_maps_with_identical_rows_do_not_crash_the_terminal_summary():
     ok = statistics_rows(records_frame(study_records({"1,1|rope": [52.8, 52.5, 53.1], "2,1|rope": [52.8, 52.5, 53.1]})))
     lines = top_group_lines(ok, DEFAULT_RULE, 0.05)
     assert any(line.startswith("top group") and "1,1|rope" in line and "2,1|rope" in line for line in lines)
+    assert not any("inf×" in line for line in lines)
+    from searchmaps.report.terminal import seeds_lines
+    assert seeds_lines(ok, DEFAULT_RULE, 0.05) == [
+        "seeds to separate the top group: none can; its maps have the same mean loss (2,1|rope and 1,1|rope)"]

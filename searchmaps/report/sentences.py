@@ -252,6 +252,8 @@ def noise_sentence(check: dict) -> str | None:
 
 def _noise_sentence(check: dict) -> str | None:
     rule, group, pooled, other = check["rule"], check["group"], check["pooled_group"], check["pooled_rule"]
+    if not math.isfinite(check["spread"]):  # a map without residual noise (rows identical to another's): no ratio
+        return None
     if not check["unequal"]:
         if not check.get("wide") or pooled is None or set(pooled) == set(group):
             return None

@@ -131,6 +131,10 @@ def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:
     rows = ladder_rows(frame)
     if rows is None:
         f = ok["flops_per_token"].astype(float)
+        if f.max() == f.min():
+            out.append("at equal training FLOPs: the same as at equal tokens here (every map spends "
+                       f"{f.max():,.0f} FLOPs per token)")
+            return out
         out.append(f"at equal training FLOPs: one horizon cannot say (these maps spend {f.min():,.0f} to {f.max():,.0f} "
                    f"FLOPs per token); a --ladder reads them at equal compute (equal_flops.csv)")
         return out
@@ -161,9 +165,11 @@ def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, f
         return []
     far, best = others[-1], detail.best
     gap = float(means[far] - means[best])
+    if not gap > 0:  # the top group's maps have the same mean: no number of seeds separates them
+        return [f"seeds to separate the top group: none can; its maps have the same mean loss ({far} and {best})"]
     have = detectable_effect(mat, rule, alpha)["n_seeds"]
     most = stats.get_rule(rule).max_seeds
-    n = stats.seeds_needed(mat, gap, rule, alpha, max_seeds=most) if gap > 0 else None
+    n = stats.seeds_needed(mat, gap, rule, alpha, max_seeds=most)
     if n is None:
         return [f"seeds to separate the top group: more than {most} would be needed to rule out {far} "
                 f"({gap:.3g} nats behind {best}, its widest gap) with 80 % power at this noise"]
