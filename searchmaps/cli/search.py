@@ -1,7 +1,7 @@
 """One search from a checked :class:`~searchmaps.plan.SearchPlan` to its report, as
 ``searchmaps.run`` and ``searchmaps.supernet --validate`` run it: open (Ray reachable, the
 storage, the study folder, ``runs.csv``, the ledger, the Optuna study, the driver), run
-(Ray trains; Ctrl-C exits 130 and SIGTERM 143, the unfinished work given back), close (the
+(Ray Tune or the local executor trains; Ctrl-C exits 130 and SIGTERM 143, the unfinished work given back), close (the
 terminal summary, the report). A command module: it prints one-line errors and returns
 exit codes; no library module imports it.
 """
@@ -57,8 +57,11 @@ def headline(plan: SearchPlan) -> str:
 
 
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
-               report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None) -> int:
-    """Open, run and close the search of ``plan``; the exit code. ``narrow`` (a prescreen)
+               report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None,
+               executor: str = "ray") -> int:
+    """Open, run and close the search of ``plan``; the exit code. ``executor``: ``ray`` (Ray
+    Tune) or ``local`` (worker processes, no Ray; :func:`searchmaps.executor.resolve_executor`
+    checked the choice). ``narrow`` (a prescreen)
     may replace the plan once the study folder is made, before the study is opened. A bad
     setting found on the way is one line and exit 2, and takes back the study folder this
     call made; a storage fault exit 1."""
@@ -66,8 +69,8 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     # open: every check before Ray starts (which is imported only then: a bad setting answers at once)
     made = False
     try:
-        if ray_address and ray_address != "auto":
-            from ..executor import check_reachable
+        if executor == "ray" and ray_address and ray_address != "auto":
+            from ..executor.tune import check_reachable
 
             check_reachable(ray_address)
         from ..driver import Driver
@@ -106,11 +109,14 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     ray, wall = None, 0.0
     try:
         if driver.has_work():
-            from ..executor import execute, start_ray
+            if executor == "ray":
+                from ..executor.tune import execute, start_ray
 
-            ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
-            restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
-            faults.point("ray-start")
+                ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
+                restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
+            else:
+                from ..executor.local import execute
+            faults.point("ray-start")  # the executor started (the point keeps its name for the local one)
             bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
             driver.start_heartbeat()
             t0 = time.perf_counter()
