@@ -200,7 +200,7 @@ def test_sigterm_stops_the_local_workers_and_leaves_a_resumable_study(space_file
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
-    assert "interrupted (SIGTERM)" in err.strip().splitlines()[-1] and "Traceback" not in err
+    assert "interrupted (SIGTERM)" in err.strip().splitlines()[-1] and "Traceback" not in err, err
     assert workers and not any(alive(p) for p in workers)  # stopped and joined before the command exits
     assert not [t for t in trials(results, "i") if t.state == TrialState.RUNNING]
     final = run_without_ray(*args, env=ray_env)

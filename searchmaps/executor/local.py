@@ -38,6 +38,11 @@ def serve(conn, parent: int) -> None:
     """A worker process: train the jobs that arrive on ``conn`` until it closes (or None
     arrives, or the driver ``parent`` is gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    from tqdm import tqdm
+
+    # tqdm's default lock is a multiprocessing semaphore, which a worker that is stopped or killed
+    # mid-training leaves to the resource tracker (a warning at the command's end); one process needs a thread lock
+    tqdm.set_lock(threading.RLock())
 
     def orphaned():  # a driver killed with SIGKILL cannot stop its workers: they stop themselves
         while True:
