@@ -117,7 +117,8 @@ def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_l
         space_file, tmp_path, ray_env):
     """kill -9 the driver between storing a rung's row and runs.csv (a rung boundary), then
     while a rung trains (its orphaned worker stops itself), then run the same command again:
-    every (map, seed, rung) exactly once, every candidate told once."""
+    every (map, seed, rung) exactly once, every candidate told once, each ladder continued
+    from the state saved at its last recorded rung to the numbers of a run never killed."""
     results = tmp_path / "results"
     args = common(space_file, results, "--seeds", "1", "--study", "k", "--workers", "1", "--executor", "local",
                   *LADDER)
@@ -126,6 +127,7 @@ def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_l
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == -signal.SIGKILL, err[-2000:]
     first = 1  # rung 0 of the first ladder is in the storage, not yet in runs.csv
+    assert len(list((results / "k" / "checkpoints").glob("*-rung0.pt"))) == 1  # where its ladder goes on from
 
     proc = run_without_ray(*args, env=ray_env, popen=True)
     deadline = time.time() + 300
@@ -147,6 +149,10 @@ def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_l
     assert_every_rung_once(rows, seeds=1)
     assert len(rows) == 6
     assert_study_closed(trials(results, "k"))
+    assert not list((results / "k").rglob("*.pt"))  # saved states removed once their ladder is recorded
+    whole = run_without_ray(*[a if a != "k" else "whole" for a in args], env=ray_env)  # the same, never killed
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert numbers(rows) == numbers(read_runs(results / "whole" / "runs.csv"))  # continued to the same numbers
 
 
 @pytest.mark.e2e
