@@ -113,6 +113,26 @@ def test_the_local_executor_gives_the_ray_executors_rows_bit_for_bit(ray_cluster
 
 
 @pytest.mark.e2e
+def test_racing_with_the_local_executor_trains_and_drops_what_it_does_on_ray(ray_cluster, space_file, tmp_path,
+                                                                             ray_env):
+    """Racing (4 seeds, 2 to start) decides on the rows alone: the local executor trains the
+    same (map, seed) units as Ray, to the same numbers, and tells Optuna the same seeds and drops."""
+    results = tmp_path / "results"
+    race = ["--seeds", "4", "--racing", "--race-start-seeds", "2", "--workers", "2"]
+    local = run_without_ray(*common(space_file, results, *race, "--study", "local", "--executor", "local"),
+                            env=ray_env)
+    assert local.returncode == 0, local.stderr[-3000:]
+    assert main(common(space_file, results, *race, "--study", "ray", "--ray-address", ray_cluster)) == 0
+    assert numbers(read_runs(results / "local" / "runs.csv")) == numbers(read_runs(results / "ray" / "runs.csv"))
+
+    def told(study):
+        return {t.user_attrs["candidate"]: (t.state, t.user_attrs.get("seeds"), t.user_attrs.get("dropped_by_racing"))
+                for t in trials(results, study)}
+
+    assert told("local") == told("ray")
+
+
+@pytest.mark.e2e
 def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_losing_or_repeating(
         space_file, tmp_path, ray_env):
     """kill -9 the driver between storing a rung's row and runs.csv (a rung boundary), then

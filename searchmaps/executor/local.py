@@ -84,7 +84,7 @@ class Worker:
                     self.conn.send(None)
                 except OSError:
                     self.process.terminate()
-        self.process.join(timeout=10)
+        self.process.join(timeout=10 if now else 60)  # an idle worker may still be importing torch
         if self.process.is_alive():
             self.process.kill()
             self.process.join()
@@ -166,8 +166,9 @@ def execute(driver: Driver) -> None:
                     return
                 time.sleep(POLL_S)
                 continue
+            # with an idle worker the scheduler said WAIT: ask again soon; else block until a worker sends or dies
             ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
-                         timeout=POLL_S if waiting or not finished else None)
+                         timeout=POLL_S if waiting else None)
             for w in busy:
                 if w.conn in ready or w.process.sentinel in ready:
                     receive(driver, pool, w)
