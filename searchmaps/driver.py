@@ -113,6 +113,9 @@ class Driver:
             self.ledger.stop()
             closed = self.study.recover()
             self._refresh(force=True)
+            if self.scheduler.remaining() == 0:  # the study is done: no run continues from a saved state
+                for state in (self.plan.study_dir / "checkpoints").glob("*.pt"):  # (one a kill left behind)
+                    state.unlink(missing_ok=True)
         return closed
 
     # ------------------------------------------------------------------ work
@@ -163,13 +166,16 @@ class Driver:
     def spec(self, unit: Unit):
         return self.plan.spec(unit.candidate, unit.seed, unit.lr)
 
-    def job(self, unit: Unit | Pack) -> dict:
+    def job(self, unit: Unit | Pack, alone: bool = True) -> dict:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
         and record, and (promotion) the saved state to continue from and to save. A pack's
         job has ``specs``, ``resume`` and ``save`` per seed, in the pack's seed order (the
-        same per-seed state files as separate trainings: a seed continues packed or alone)."""
+        same per-seed state files as separate trainings: a seed continues packed or alone).
+        A whole ladder trained alone saves its state at every rung's cooldown start, and a
+        ladder whose first rungs are already recorded (a killed run) continues from the
+        state of its last recorded rung when that is there (a pack trains from the start)."""
         if isinstance(unit, Pack):
-            jobs = [self.job(u) for u in unit.units]
+            jobs = [self.job(u, alone=False) for u in unit.units]
             specs = [j.pop("spec") for j in jobs]
             job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
             if "resume" in job:
@@ -185,6 +191,12 @@ class Driver:
             job["resume"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
             job["save"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) \
                 if unit.last < plan.rungs - 1 else None
+        elif alone and not tuning and plan.rungs > 1:
+            states = [plan.checkpoint(unit.candidate, unit.seed, i) for i in range(plan.rungs - 1)]
+            job["save_rungs"] = [str(p) for p in states]
+            start = min(job["record"]) if job["record"] else 0
+            if start > 0 and states[start - 1].is_file():
+                job["first"], job["resume"] = start, str(states[start - 1])
         return job
 
     @_faults_of_the_storage
@@ -220,6 +232,9 @@ class Driver:
                 self.scheduler.release(unit)
             if self.plan.promote and unit.first > 0 and not self.scheduler.needed(unit):
                 self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
+            if not self.plan.promote and self.plan.rungs > 1 and not self.scheduler.needed(unit):
+                for rung in range(self.plan.rungs - 1):  # the ladder is recorded: its saved states are done
+                    self.plan.checkpoint(unit.candidate, unit.seed, rung).unlink(missing_ok=True)
         return status
 
     def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:

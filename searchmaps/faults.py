@@ -6,7 +6,7 @@ included; ``stop``: SIGSTOP instead, so a test holds the driver, its claims and 
 storage rows still, and lets it go on with SIGCONT; ``SIGTERM`` or ``SIGINT``: that signal
 to the driver, whose handler then runs at this point). Unset, :func:`point` costs one
 dictionary lookup. The points, in search order: ``ray-start``, ``claimed`` (a unit was
-claimed, not yet running), ``training`` (in the Ray worker, as a training starts: kills
+claimed, not yet running), ``training`` (in the worker, Ray's or the local executor's, as a training starts: kills
 the worker, not the driver; passes are counted per worker process), ``recorded`` (a
 result is in the storage, not yet in runs.csv), ``optuna-told`` (Optuna's ``tell``
 returned, the storage does not yet say the candidate is told), ``told`` (a candidate's

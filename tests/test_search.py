@@ -832,7 +832,7 @@ def test_packed_units_give_the_rows_of_separate_trainings_and_promotion_continue
 
 
 def test_gpus_per_trial_above_what_ray_sees_is_one_line_naming_the_flag(ray_cluster):
-    from searchmaps.executor import check_gpus, start_ray
+    from searchmaps.executor.tune import check_gpus, start_ray
 
     start_ray(ray_cluster, 1, 1)
     check_gpus(0)

@@ -4,7 +4,7 @@ close.
     searchmaps-run --space ilr4 --budget-flops 1.2e7 --seeds 3
 
 Every bad flag, space file, data path, storage or budget ends with one line naming what
-to change and exit code 2, before Ray starts. Running the same command again resumes the
+to change and exit code 2, before Ray (or the local executor) starts. Running the same command again resumes the
 study; several commands (on one machine or many) may share one study and split its work.
 Ctrl-C exits 130 and SIGTERM 143, with the unfinished work given back for the next run.
 Its parser and plan are also ``searchmaps.supernet``'s (which adds its own flags).
@@ -23,6 +23,7 @@ from .. import flops
 from ..config import ConfigError, parse_planned
 from ..data import DataError
 from ..device import resolve_compile, resolve_device, resolve_precision
+from ..executor import EXECUTORS, resolve_executor
 from ..objectives import DEFAULT as DEFAULT_OBJECTIVES
 from ..objectives import OBJECTIVES
 from ..plan import SearchPlan, check_study_name, default_study_name, with_corpus
@@ -84,6 +85,10 @@ def build_parser() -> Parser:
     o.add_argument("--results-dir", default="results", help="where results/<study>/ goes (default results)")
     o.add_argument("--storage", default=None,
                    help="Optuna storage URL shared by several machines (default sqlite:///results/<study>/optuna.db)")
+    o.add_argument("--executor", choices=EXECUTORS, default="auto",
+                   help="what trains: ray (Ray Tune, on this machine or the cluster of --ray-address), local (--workers "
+                        "processes on this machine, no Ray needed; with --device cuda they share the GPU), auto: "
+                        "ray when Ray is installed, else local (default auto)")
     o.add_argument("--ray-address", default=None, help="join a Ray cluster: auto or HOST:PORT (default: start Ray locally)")
     o.add_argument("--workers", type=int, default=2, help="parallel trainings; local Ray gets workers x cpus-per-trial CPUs")
     o.add_argument("--cpus-per-trial", type=number, default=1.0, help="CPUs Ray reserves for each training (default 1)")
@@ -155,6 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     # parse -> build: every flag checked before anything starts, and before the study folder is made
     try:
+        executor = resolve_executor(args.executor, args.ray_address)
         plan = build_plan(args)
         if args.dry_run:
             print(headline(plan), file=sys.stderr)
@@ -178,7 +184,8 @@ def main(argv: list[str] | None = None) -> int:
                                    progress=not args.quiet)
     # run -> close
     return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet,
-                      report=not args.no_report, narrow=narrow, command=command_words("searchmaps.run", argv))
+                      report=not args.no_report, narrow=narrow, command=command_words("searchmaps.run", argv),
+                      executor=executor)
 
 
 def print_candidates(plan: SearchPlan, out=None) -> None:

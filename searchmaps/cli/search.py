@@ -1,7 +1,7 @@
 """One search from a checked :class:`~searchmaps.plan.SearchPlan` to its report, as
 ``searchmaps.run`` and ``searchmaps.supernet --validate`` run it: open (Ray reachable, the
 storage, the study folder, ``runs.csv``, the ledger, the Optuna study, the driver), run
-(Ray trains; Ctrl-C exits 130 and SIGTERM 143, the unfinished work given back), close (the
+(Ray Tune or the local executor trains; Ctrl-C exits 130 and SIGTERM 143, the unfinished work given back), close (the
 terminal summary, the report). A command module: it prints one-line errors and returns
 exit codes; no library module imports it.
 """
@@ -58,8 +58,10 @@ def headline(plan: SearchPlan) -> str:
 
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
                report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None,
-               command: list[str] | None = None, rebuilt: bool = False) -> int:
-    """Open, run and close the search of ``plan``; the exit code. ``narrow`` (a prescreen)
+               command: list[str] | None = None, rebuilt: bool = False, executor: str = "ray") -> int:
+    """Open, run and close the search of ``plan``; the exit code. ``executor``: ``ray`` (Ray
+    Tune) or ``local`` (worker processes, no Ray; :func:`searchmaps.executor.resolve_executor`
+    checked the choice). ``narrow`` (a prescreen)
     may replace the plan once the study folder is made, before the study is opened;
     ``command`` (the words the user ran) is printed back with the seeds to add. A bad
     setting found on the way is one line and exit 2, and takes back the study folder this
@@ -68,8 +70,8 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     # open: every check before Ray starts (which is imported only then: a bad setting answers at once)
     made = False
     try:
-        if ray_address and ray_address != "auto":
-            from ..executor import check_reachable
+        if executor == "ray" and ray_address and ray_address != "auto":
+            from ..executor.tune import check_reachable
 
             check_reachable(ray_address)
         from ..driver import Driver
@@ -108,11 +110,14 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     ray, wall, rebuild = None, 0.0, False
     try:
         if driver.has_work():
-            from ..executor import execute, start_ray
+            if executor == "ray":
+                from ..executor.tune import execute, start_ray
 
-            ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
-            restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
-            faults.point("ray-start")
+                ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
+                restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
+            else:
+                from ..executor.local import execute
+            faults.point("ray-start")  # the executor started (the point keeps its name for the local one)
             bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
             driver.start_heartbeat()
             t0 = time.perf_counter()
@@ -177,7 +182,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         for s, h in previous.items():
             signal.signal(s, signal.SIG_IGN if s == signal.SIGINT and h is None else h)
     if rebuild:  # the same command again, at once: a new storage, its trials told from runs.csv's rows
-        return run_search(prog, plan, ray_address, quiet, report, command=command, rebuilt=True)
+        return run_search(prog, plan, ray_address, quiet, report, command=command, rebuilt=True, executor=executor)
     return 0
 
 

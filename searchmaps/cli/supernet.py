@@ -22,6 +22,7 @@ import numpy as np
 
 from ..config import ConfigError, ReuseMap
 from ..data import DataError
+from ..executor import resolve_executor
 from ..supernet.method import SupernetMethod
 from ..supernet.prescreen import supernet_scores
 from .common import count, fail
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.validate < 0:
             raise ConfigError(f"--validate must be a number of maps >= 0 (0: no stand-alone validation), "
                               f"got {args.validate}")
+        executor = resolve_executor(args.executor, args.ray_address)
         method = supernet_method(args)
         if args.prescreen:
             raise ConfigError("--prescreen belongs to searchmaps.run; searchmaps.supernet trains the supernet itself")
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
         plan = dataclasses.replace(plan, maps=maps)
     except ConfigError as exc:
         return fail(parser.prog, exc)
-    return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet, report=not args.no_report)
+    return run_search(parser.prog, plan, ray_address=args.ray_address, quiet=args.quiet, report=not args.no_report,
+                      executor=executor)
 
 
 def check_methods(plan, method: SupernetMethod) -> None:

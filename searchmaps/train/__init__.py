@@ -92,6 +92,7 @@ def train_ladder(
     last: int | None = None,
     resume: str | os.PathLike | None = None,
     save: str | os.PathLike | None = None,
+    save_rungs: Sequence[str | os.PathLike | None] | None = None,
     on_rung: Callable[[RunRecord], None] | None = None,
     on_eval: EvalCallback | None = None,
     progress: bool = False,
@@ -113,7 +114,9 @@ def train_ladder(
     branches it has); ``first``/``last`` train a segment of the ladder, from the state
     saved at rung ``first - 1``'s cooldown start (``resume``, a file :func:`train_ladder`
     wrote with ``save``) to rung ``last``, saving the state at rung ``last``'s cooldown
-    start to ``save`` (statistical successive halving continues promoted runs from it).
+    start to ``save`` (statistical successive halving continues promoted runs from it), and
+    with ``save_rungs`` (a path per rung, or None) the state at every rung's cooldown start (a
+    search's killed ladder continues from its last finished rung).
     ``on_rung`` gets each rung's record as soon as it exists. ``map_for_step(step)`` (a
     weight-sharing supernet, :mod:`searchmaps.supernet`) picks the map each training step
     runs (None: the spec's) or a :class:`~searchmaps.train.step.Distill` (a teacher and
@@ -138,7 +141,7 @@ def train_ladder(
         training = Training(spec, lad, corpus, device, bar, map_for_step)
         if resume is not None:
             history = training.load(resume, first - 1)
-        climb(lad, training, history, rungs, first, last, on_eval=on_eval, save=save)
+        climb(lad, training, history, rungs, first, last, on_eval=on_eval, save=save, save_rungs=save_rungs)
         if on_model is not None:
             on_model(training.model)
         if on_training is not None:

@@ -49,12 +49,14 @@ class Climber(Protocol):
 
 
 def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, first: int, last: int, *,
-          on_eval: EvalCallback | None = None, save: str | os.PathLike | None = None) -> None:
+          on_eval: EvalCallback | None = None, save: str | os.PathLike | None = None,
+          save_rungs: Sequence[str | os.PathLike | None] | None = None) -> None:
     """Train rungs ``first``..``last`` of ``lad`` along ``history`` (the shared phase,
     advanced in place), branching off each wanted rung below ``last`` at its cooldown start;
     ``rungs`` records each rung as it ends. A stop in the shared phase ends every rung not
     yet recorded; a stop in a branch ends that rung only. The state at rung ``last``'s
-    cooldown start goes to ``save`` (when there is a rung above it). ``on_eval`` is asked
+    cooldown start goes to ``save`` (when there is a rung above it), and each rung ``i``'s to
+    ``save_rungs[i]`` where given (a killed run resumes at its last finished rung). ``on_eval`` is asked
     at each validation point of a one-rung ladder (True stops it: ``pruned``)."""
     check = on_eval if lad.rungs == 1 else None
     wanted = set(rungs.wanted)
@@ -67,8 +69,11 @@ def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, f
         except Stop as stop:  # the shared phase stopped: so does every rung from here
             rungs.fail_rest(history, stop.status, stop.reason)
             return
-        if i == last and save is not None and i < lad.rungs - 1:
-            trainer.save(save, i, history)
+        target = save if i == last else None
+        if target is None and save_rungs is not None and i < len(save_rungs):
+            target = save_rungs[i]
+        if target is not None and i < lad.rungs - 1:
+            trainer.save(target, i, history)
         if i not in wanted:
             continue
         # the last rung's cooldown is the run's own end; a lower rung's is a branch off a kept state

@@ -1,5 +1,5 @@
-"""Ray Tune runs what the driver hands out, on this machine or a Ray cluster: the only
-module that imports Ray.
+"""Ray Tune runs what the driver hands out, on this machine or a Ray cluster
+(``--executor ray``): the only module that imports Ray.
 
 :class:`UnitSearcher` is a Tune ``Searcher`` that asks the :class:`~searchmaps.driver.Driver`
 for units and returns their results to it; every decision (which unit, racing, retries,
@@ -9,18 +9,18 @@ one Optuna trial (no seeds) and loses trials on a crash.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
 import socket
 import time
 
-from .config import ConfigError, TrialSpec
-from .driver import Driver
-from .ledger import StorageFault
-from .results import RunRecord, Status
-from .scheduler import WAIT, Unit
+from ..config import ConfigError
+from ..driver import Driver
+from ..ledger import StorageFault
+from ..results import Status
+from ..scheduler import WAIT, Unit
+from . import WORKER_ENV, records_from_json, records_json, say, train_unit
 
 RAY_LOGGERS = ("ray.tune", "ray.train", "ray.air")  # their records go to the study's driver.log, not the terminal
 
@@ -81,74 +81,16 @@ def check_reachable(address: str) -> None:
 # --------------------------------------------------------------------------- trainable
 
 
-def release_freed_memory() -> None:
-    """Hand memory freed by the last training back to the system. Tune runs each trial of
-    a reused worker in a new thread, glibc gives new threads new malloc arenas and keeps
-    what they free, so a worker's RSS grew by tens of MB per training (0.9 -> 1.7 GiB
-    over 22 trainings); with :data:`WORKER_ENV` and this, it stays flat (tests/test_memory.py)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # not glibc: nothing to do
-        pass
-
-
-WORKER_ENV = {"MALLOC_ARENA_MAX": "2"}  # see release_freed_memory
-
-
-def resident_mb() -> float:
-    """This process's resident memory in MiB (Linux; NaN elsewhere)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-    except (OSError, ValueError, IndexError):
-        return float("nan")
-
-
 def run_training(config: dict) -> None:
-    """The Ray Tune trainable: one unit's training (a pack's: its seeds in one packed
-    training, :func:`searchmaps.train.train_packed_or_fail`). A ladder reports each rung's record as
-    soon as it exists (so a worker that dies later loses nothing before it); the last
-    report carries the unit's wall seconds."""
-    import time
-    from pathlib import Path
-
+    """The Ray Tune trainable: :func:`searchmaps.executor.train_unit`, its reports as Tune's."""
     from ray import tune
 
-    from . import faults
-    from .train import train_or_fail, train_packed_or_fail
-
-    faults.point("training")
-    t0 = time.perf_counter()
-    spec = TrialSpec.from_dict(config["spec"]) if "spec" in config else None
-    first, resume = config.get("first", 0), config.get("resume")
-    if spec and resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
-        first, resume = 0, None  # (same numbers, more compute)
-    reported = []
-
-    def report(recs, final=False):
-        recs = [r.replace(rss_mb=resident_mb()) for r in recs]
+    def report(recs, final, wall_s):
         # one JSON string (Tune's JSON logger keeps it as it is; a list of strings is no metric)
-        tune.report({"records": json.dumps([r.to_json() for r in recs]), "val_ppl": recs[-1].val_ppl if recs
-                     else float("nan"), "final": final, "unit_wall_s": time.perf_counter() - t0})
-        reported.extend(r.run_id for r in recs)
+        tune.report({"records": records_json(recs), "val_ppl": recs[-1].val_ppl if recs else float("nan"),
+                     "final": final, "unit_wall_s": wall_s})
 
-    on_rung = (lambda r: report([r])) if config.get("horizons") else None
-    if "specs" in config:  # a pack (--pack-seeds): one training of several seeds, rows per seed
-        resume = config.get("resume") if any(config.get("resume") or ()) else None  # a pack's seeds share `first`
-        if resume and not all(r and Path(r).is_file() for r in resume):  # a seed's saved state is gone: as above
-            first, resume = 0, None
-        recs = train_packed_or_fail([TrialSpec.from_dict(s) for s in config["specs"]],
-                                    vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
-                                    last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                                    save=config.get("save"), on_rung=on_rung)
-    else:
-        recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
-                             last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                             save=config.get("save"), on_rung=on_rung)
-    release_freed_memory()
-    report([r for r in recs if r.run_id not in reported], final=True)
+    train_unit(config, report)
 
 
 # --------------------------------------------------------------------------- searcher
@@ -186,8 +128,7 @@ def make_searcher(driver: Driver, log=None):
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             if "records" in result and not result.get("final") and not self.fault:
                 try:
-                    driver.partial(self.units[trial_id],
-                                   [RunRecord.from_json(r) for r in json.loads(result["records"])])
+                    driver.partial(self.units[trial_id], records_from_json(result["records"]))
                 except StorageFault as exc:
                     self.fault = exc
 
@@ -197,7 +138,7 @@ def make_searcher(driver: Driver, log=None):
                 return
             try:
                 if result and result.get("final"):
-                    driver.complete(unit, [RunRecord.from_json(r) for r in json.loads(result["records"])],
+                    driver.complete(unit, records_from_json(result["records"]),
                                     wall_s=float(result.get("unit_wall_s", 0.0)))
                     return
                 # the worker process died (killed, out of host memory, node lost)
@@ -206,7 +147,7 @@ def make_searcher(driver: Driver, log=None):
                 self.fault = exc
                 return
             again = "it runs again" if status is Status.CRASHED else "recorded as failed: it died too often"
-            _say(f"searchmaps.run: the training process of {unit.key} died (killed, out of memory or node lost); "
+            say(f"searchmaps.run: the training process of {unit.key} died (killed, out of memory or node lost); "
                  f"{again}" + (f" (Ray's report: {log})" if log else ""))
 
         # The study and the storage are the state: Tune's searcher checkpoints are not needed,
@@ -221,15 +162,6 @@ def make_searcher(driver: Driver, log=None):
             return (_NotRestorable, ())
 
     return UnitSearcher()
-
-
-def _say(line: str) -> None:
-    """One line on stderr that leaves the progress bar whole."""
-    import sys
-
-    from tqdm import tqdm
-
-    tqdm.write(line, file=sys.stderr)
 
 
 class _NotRestorable:
