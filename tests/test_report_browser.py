@@ -95,7 +95,7 @@ def test_a_ladder_reports_stability_figures_render_in_chromium(tmp_path):
     horizons, by_rung = ladder_results()
     page = write_report(make_ladder_study(tmp_path / "ladder", horizons, by_rung)).path
     n_figures = page.read_text(encoding="utf-8").count('class="plotly-graph-div"')
-    assert n_figures == 5  # Pareto, significance, curves, rank vs horizon, loss vs horizon
+    assert n_figures == 6  # Pareto, significance, curves, loss vs training FLOPs, rank vs horizon, loss vs horizon
     dom, log = render(page, tmp_path / "profile", ARTIFACTS / "report-ladder.png")
     assert "Uncaught" not in log
     body = re.sub(r"<script\b.*?</script>", "", dom, flags=re.S)
@@ -103,6 +103,7 @@ def test_a_ladder_reports_stability_figures_render_in_chromium(tmp_path):
     texts = re.findall(r"<text[^>]*>([^<]*)</text>", body)
     assert any(t.startswith("Rank vs horizon") for t in texts) and "rank" in texts
     assert any(t.startswith("Validation loss vs horizon") for t in texts)
+    assert any(t.startswith("Validation loss vs training FLOPs") for t in texts)  # the equal-compute figure drew
     assert any(t.startswith("target") for t in texts)  # the extrapolation's target line
     assert body.count('class="errorbar"') >= 3
     assert legends_fit(body) >= 2
