@@ -9,15 +9,12 @@ import json
 import os
 import signal
 import sqlite3
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import ROOT, run_cli, study_info, study_records
-from searchmaps.audit import UNTRUSTED, audit_runs, audit_study, stored_records
+from helpers import run_cli, study_info, study_records
+from searchmaps.audit import UNTRUSTED, audit_study, stored_records
 from searchmaps.ledger import Ledger, check_storage
 from searchmaps.results import RunsFile, read_runs
 
@@ -174,30 +171,39 @@ def test_sigterm_while_a_search_writes_its_report_is_one_line(space_file, tmp_pa
     assert "interrupted (SIGTERM) while writing the summary and report" in out.stderr
 
 
-@pytest.mark.e2e
-def test_a_copy_cut_mid_search_is_whole_when_the_search_ends(space_file, tmp_path, ray_env, ray_cluster):
-    """The driver stops itself after the first candidate is told; meanwhile its runs.csv
-    loses a row it had already read past and half of its last line; the search goes on
-    and ends with every row, and says so."""
-    from test_search import BUDGET, common, wait_stopped
+def search_held_after_first_tell(space_file, results, study, ray_env, ray_cluster, meanwhile) -> tuple[int, str]:
+    """A tiny search (2 seeds, 1 worker) that stops itself once its first candidate is told;
+    ``meanwhile(study_dir)`` damages its folder, then it goes on: (exit code, stderr)."""
+    from test_search import common, wait_stopped
 
-    results = tmp_path / "res"
-    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", "cut"),
+    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", study),
             "--ray-address", ray_cluster]
     proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True)
     try:
         wait_stopped(proc)
-        runs = results / "cut" / "runs.csv"
-        lines = runs.read_bytes().splitlines(keepends=True)
-        # the first row lost whole (the driver has read past it), the last cut after 25 bytes
-        runs.write_bytes(b"".join([lines[0], *lines[2:-1], lines[-1][:25]]))
+        meanwhile(results / study)
         os.kill(proc.pid, signal.SIGCONT)
         _, err = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGCONT)
             os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err[-2000:]
+    return proc.returncode, err
+
+
+@pytest.mark.e2e
+def test_a_copy_cut_mid_search_is_whole_when_the_search_ends(space_file, tmp_path, ray_env, ray_cluster):
+    """The driver stops itself after the first candidate is told; meanwhile its runs.csv
+    loses a row it had already read past and half of its last line; the search goes on
+    and ends with every row, and says so."""
+    def cut(folder):  # the first row lost whole (the driver has read past it), the last cut after 25 bytes
+        lines = (folder / "runs.csv").read_bytes().splitlines(keepends=True)
+        (folder / "runs.csv").write_bytes(b"".join([lines[0], *lines[2:-1], lines[-1][:25]]))
+
+    results = tmp_path / "res"
+    code, err = search_held_after_first_tell(space_file, results, "cut", ray_env, ray_cluster, cut)
+    runs = results / "cut" / "runs.csv"
+    assert code == 0, err[-2000:]
     rows = read_runs(runs)
     assert sorted((r.map, r.seed) for r in rows) == sorted((m, s) for m in ("1,1", "2,1", "1,2") for s in (0, 1))
     assert "restored from the storage" in err, err[-2000:]
@@ -209,22 +215,12 @@ def test_an_optuna_db_deleted_mid_search_is_said_and_rebuilt_from_runs_csv(space
     """The driver stops itself after the first candidate is told and its optuna.db is deleted
     meanwhile: the search goes on (its connection writes to the deleted file), says so at the
     end and rebuilds the storage from runs.csv, so the folder ends with a whole study."""
-    from test_search import MAPS, assert_each_pair_once, assert_study_closed, common, trials, wait_stopped
+    from test_search import MAPS, assert_each_pair_once, assert_study_closed, trials
 
     results = tmp_path / "res"
-    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", "gone"),
-            "--ray-address", ray_cluster]
-    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True)
-    try:
-        wait_stopped(proc)
-        (results / "gone" / "optuna.db").unlink()
-        os.kill(proc.pid, signal.SIGCONT)
-        _, err = proc.communicate(timeout=600)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGCONT)
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err[-2000:]
+    code, err = search_held_after_first_tell(space_file, results, "gone", ray_env, ray_cluster,
+                                             lambda folder: (folder / "optuna.db").unlink())
+    assert code == 0, err[-2000:]
     assert "optuna.db was deleted while the search ran; every row is in runs.csv" in err, err[-2000:]
     rows = read_runs(results / "gone" / "runs.csv")
     assert_each_pair_once(rows, MAPS, seeds=2)

@@ -1189,7 +1189,7 @@ def test_learning_curves_are_one_panel_per_map_with_distinct_colours_and_a_short
 def test_the_terminal_answers_at_equal_tokens_and_at_equal_flops(tmp_path):
     from helpers import ladder_results, make_ladder_study, study_records
 
-    from searchmaps.report.compute import ladder_rows
+    from searchmaps.report.horizons import ladder_rows
     from searchmaps.report.terminal import compute_lines
     from searchmaps.results import read_runs, records_frame, statistics_rows
     from searchmaps.stats import DEFAULT_RULE, equal_flops

@@ -13,18 +13,9 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..results import Role
 from ..stats import DEFAULT_RULE
+from .horizons import ladder_rows
 from .section import Section, code, html_table
-
-
-def ladder_rows(frame: pd.DataFrame) -> pd.DataFrame | None:
-    """The rows a ladder's equal-FLOPs reading uses (eval, ok, finite loss, one per
-    candidate, seed and rung); None without two rungs."""
-    rows = frame[(frame["role"] == Role.EVAL) & (frame["status"] == "ok")
-                 & np.isfinite(frame["val_loss"].astype(float))]
-    rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
-    return rows if rows["rung"].nunique() >= 2 else None
 
 
 def _f(x: float) -> str:
@@ -42,16 +33,15 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
     every map reaches, and how often the baseline leads across the budgets."""
     if table.empty:
         return ["At equal training FLOPs no budget is reached by two maps on two seeds or more, so this ladder "
-                f"cannot compare them at equal compute."]
+                "cannot compare them at equal compute."]
     seen = "equal tokens" if unit == "tokens" else "equal training FLOPs"
     out = [f"The ranking above compares the maps at {seen}, as this search trained them; read from every seed's "
            f"ladder at equal training FLOPs (linear in log-FLOPs between its rungs, equal_flops.csv):"]
-    counts = table.groupby("budget_flops")["candidate"].nunique()
-    full = counts[counts == counts.max()].index.max()
+    full, reached = stats.largest_common_budget(table)
     at = table[table["budget_flops"] == full]
     top = at[at["top_group"]]["candidate"].tolist()
     best = at[at["best"]]["candidate"].iloc[0]
-    every = "every map reaches" if counts.max() == n_maps else f"the most maps reach ({counts.max()} of {n_maps})"
+    every = "every map reaches" if reached == n_maps else f"the most maps reach ({reached} of {n_maps})"
     tail = (f"all {len(at)} are in the top group, so the seeds cannot separate them there" if len(top) == len(at)
             else f"the top group is {_names(top)} ({len(top)} of {len(at)})")
     out[-1] += f" at {_f(full)} FLOPs, the largest budget {every}, `{best}` has the lowest mean loss and {tail}."
@@ -73,8 +63,7 @@ def table_html(table: pd.DataFrame, reference: str | None) -> str:
     """Each map's mean loss at every budget (★: the top group there) and, at the largest
     budget every map reaches, its gap to the baseline."""
     budgets = sorted(table["budget_flops"].unique())
-    counts = table.groupby("budget_flops")["candidate"].nunique()
-    full = counts[counts == counts.max()].index.max()
+    full, _ = stats.largest_common_budget(table)
     at = table[table["budget_flops"] == full].set_index("candidate")
     order = list(at.sort_values("mean").index) + sorted(set(table["candidate"]) - set(at.index))
     cell = table.set_index(["candidate", "budget_flops"])

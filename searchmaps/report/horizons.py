@@ -58,10 +58,8 @@ def horizon_analysis(frame: pd.DataFrame, info: dict, target: float | None = Non
     ``reference`` the baseline whose gaps the fits and trends are judged by;
     ``published_sd`` the seed sd assumed in the published numbers (default: study.json's
     ``published.sd``, else :data:`searchmaps.stats.PUBLISHED_SD`)."""
-    rows = frame[(frame["role"] == Role.EVAL) & (frame["status"] == "ok")
-                 & np.isfinite(frame["val_loss"].astype(float))]
-    rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
-    if rows["rung"].nunique() < 2:
+    rows = ladder_rows(frame)
+    if rows is None:
         return None
     unit = "training FLOPs" if (rows["horizon"] == "train_flops").any() else "tokens"
     horizons = [float(rows.loc[rows["rung"] == r, "horizon_target"].iloc[0]) for r in sorted(rows["rung"].unique())]
@@ -90,6 +88,15 @@ def horizon_analysis(frame: pd.DataFrame, info: dict, target: float | None = Non
         scaling=scaling.merge(shared, on="candidate", how="left"), crossings=stats.crossings(scaling, boots),
         target=float(target), published=agreement, published_source=str(published.get("source", "")),
         reference=reference, trend=trend, planned=tuple(float(h) for h in info.get("ladder") or ()))
+
+
+def ladder_rows(frame: pd.DataFrame) -> pd.DataFrame | None:
+    """The rows a ladder's statistics use (eval, ok, finite loss, one per candidate, seed and
+    rung); None without two rungs."""
+    rows = frame[(frame["role"] == Role.EVAL) & (frame["status"] == "ok")
+                 & np.isfinite(frame["val_loss"].astype(float))]
+    rows = rows.drop_duplicates(["candidate", "seed", "rung"], keep="last")
+    return rows if rows["rung"].nunique() >= 2 else None
 
 
 def _means(rows: pd.DataFrame) -> pd.DataFrame:

@@ -117,7 +117,7 @@ def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:
     equal training FLOPs, and how many tokens per parameter that is), and at equal training
     FLOPs the top group a ladder reads (:func:`searchmaps.stats.equal_flops`), or why one
     horizon cannot."""
-    from .compute import ladder_rows
+    from .horizons import ladder_rows
 
     tokens, params = ok["tokens"].astype(float), ok["n_params"].astype(float)
     per = tokens / params.where(params > 0)
@@ -141,8 +141,7 @@ def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:
     table = stats.equal_flops(rows, reference=stats.reference_candidate(ok), alpha=alpha, rule=rule)
     if table.empty:
         return out
-    counts = table.groupby("budget_flops")["candidate"].nunique()
-    at = table[table["budget_flops"] == counts[counts == counts.max()].index.max()]
+    at = table[table["budget_flops"] == stats.largest_common_budget(table)[0]]
     top = at[at["top_group"]]["candidate"].tolist()
     out.append(f"at equal training FLOPs ({at['budget_flops'].iloc[0]:.3g}, read from the ladder): top group "
                f"{', '.join(top)} ({len(top)} of {len(at)}); best {at[at['best']]['candidate'].iloc[0]}")

@@ -53,6 +53,13 @@ def budgets_of(rows: pd.DataFrame, reference: str | None) -> list[float]:
     return sorted(set(mine.groupby("rung")["train_flops"].median().astype(float).tolist()))
 
 
+def largest_common_budget(table: pd.DataFrame) -> tuple[float, int]:
+    """The largest budget of an :func:`equal_flops` table read for the most candidates, and
+    how many that is: where the maps are compared at equal compute."""
+    counts = table.groupby("budget_flops")["candidate"].nunique()
+    return float(counts[counts == counts.max()].index.max()), int(counts.max())
+
+
 def equal_flops(rows: pd.DataFrame, reference: str | None = None, metric: str = "val_loss", alpha: float = 0.05,
                 rule: str = DEFAULT_RULE, budgets=None) -> pd.DataFrame:
     """One row per (budget, candidate) for the budgets (default :func:`budgets_of`) where two
