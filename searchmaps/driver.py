@@ -70,6 +70,7 @@ class Driver:
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self._ready: list[Unit] = []  # claimed by has_work() before the executor started
+        self.closed: int | None = None  # trials close() closed, once it got that far
 
         ledger.register()
         rebuilt, left = study.rebuild(self._import_legacy_rows())
@@ -111,7 +112,7 @@ class Driver:
         self._stop.set()
         with self._lock:
             self.ledger.stop()
-            closed = self.study.recover()
+            closed = self.closed = self.study.recover()  # (kept: runs.csv may fail after it)
             self._refresh(force=True)
             if self.scheduler.remaining() == 0:  # the study is done: no run continues from a saved state
                 for state in (self.plan.study_dir / "checkpoints").glob("*.pt"):  # (one a kill left behind)

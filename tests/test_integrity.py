@@ -171,14 +171,21 @@ def test_sigterm_while_a_search_writes_its_report_is_one_line(space_file, tmp_pa
     assert "interrupted (SIGTERM) while writing the summary and report" in out.stderr
 
 
-def search_held_after_first_tell(space_file, results, study, ray_env, ray_cluster, meanwhile) -> tuple[int, str]:
-    """A tiny search (2 seeds, 1 worker) that stops itself once its first candidate is told;
-    ``meanwhile(study_dir)`` damages its folder, then it goes on: (exit code, stderr)."""
-    from test_search import common, wait_stopped
+def run_args(space_file, results, study, ray_cluster) -> list[str]:
+    from test_search import common
 
-    args = [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", study),
+    return [*common(space_file, results, "--seeds", "2", "--workers", "1", "--study", study),
             "--ray-address", ray_cluster]
-    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True)
+
+
+def search_held_after_first_tell(space_file, results, study, ray_env, ray_cluster, meanwhile, **kw) -> tuple[int, str]:
+    """A tiny search (2 seeds, 1 worker) that stops itself once its first candidate is told;
+    ``meanwhile(study_dir)`` damages its folder, then it goes on: (exit code, stderr).
+    ``kw`` goes to the driver's subprocess."""
+    from test_search import wait_stopped
+
+    args = run_args(space_file, results, study, ray_cluster)
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="told:1:stop"), popen=True, **kw)
     try:
         wait_stopped(proc)
         meanwhile(results / study)
@@ -226,3 +233,80 @@ def test_an_optuna_db_deleted_mid_search_is_said_and_rebuilt_from_runs_csv(space
     assert_each_pair_once(rows, MAPS, seeds=2)
     assert (results / "gone" / "optuna.db").is_file()
     assert_study_closed(trials(results, "gone"))  # every candidate told again from the rows
+
+
+def without_root_override():
+    """In the driver's process, before it runs: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH
+    from the capability bounding set, so root obeys file modes as any user does (the tests
+    run as root, where ``chmod a-w`` blocks nothing). prctl(PR_CAPBSET_DROP, cap)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
+
+
+def can_drop_override() -> bool:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-c", "pass"], preexec_fn=without_root_override).returncode == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("fault", ["read-only", "lock-folder"])
+def test_a_study_folder_made_unwritable_mid_search_is_one_line_trials_closed_nothing_lost(space_file, tmp_path, fault,
+                                                                                         ray_env, ray_cluster):
+    """The driver stops itself after the first candidate is told; meanwhile its study folder
+    is made read-only (``chmod -R a-w``, the driver running as root without the capability
+    that overrides file modes), or a folder takes the place of runs.csv's lock file. It goes
+    on, fails on its next write: one line naming the file, the cause and what to put right
+    (not a full disk nor a database), exit 1 (a fault of the machine, like a full disk: not
+    a flag to change); no trial is left RUNNING and every row recorded stays. Put right,
+    the same command finishes the study. Without the fix: a traceback from Ray Tune's log
+    handler and a trial left RUNNING."""
+    import subprocess
+
+    from test_search import MAPS, assert_each_pair_once, assert_study_closed, trials
+
+    if fault == "read-only" and (os.geteuid() != 0 or not can_drop_override()):
+        pytest.skip("needs root that can drop CAP_DAC_OVERRIDE (as another user, chmod a-w alone does it)")
+    results = tmp_path / "res"
+    folder = results / "ro"
+    lock = folder / "runs.csv.lock"
+    kept: list[bytes] = []
+
+    def damage(folder):
+        kept.append((folder / "runs.csv").read_bytes())
+        if fault == "read-only":
+            subprocess.run(["chmod", "-R", "a-w", str(folder)], check=True)
+        else:
+            lock.unlink()
+            lock.mkdir()
+
+    try:
+        code, err = search_held_after_first_tell(space_file, results, "ro", ray_env, ray_cluster, damage,
+                                                 preexec_fn=without_root_override if fault == "read-only" else None)
+    finally:
+        subprocess.run(["chmod", "-R", "u+w", str(folder)], check=True)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert code == 1, err[-3000:]
+    assert "Traceback" not in err and len(lines) == 3, err[-3000:]  # the headline, the study, the fault
+    if fault == "read-only":
+        assert "Permission denied" in lines[-1] and f"make {folder} writable again" in lines[-1], lines[-1]
+    else:
+        assert f"{lock}: Is a directory" in lines[-1] and f"move {lock} away" in lines[-1], lines[-1]
+    assert "free space" not in lines[-1] and "database" not in lines[-1]
+    assert "trial(s) closed" in lines[-1] and "run the same command again" in lines[-1]
+    from optuna.trial import TrialState
+
+    assert not [t.number for t in trials(results, "ro") if t.state == TrialState.RUNNING]
+    assert (folder / "runs.csv").read_bytes().startswith(kept[0]) and len(read_runs(folder / "runs.csv")) >= 2
+    if fault == "lock-folder":
+        lock.rmdir()
+    final = run_cli("run", *run_args(space_file, results, "ro", ray_cluster), env=ray_env, timeout=600)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert (folder / "runs.csv").read_bytes().startswith(kept[0])  # nothing lost, nothing rewritten
+    assert_each_pair_once(read_runs(folder / "runs.csv"), MAPS, seeds=2)
+    assert_study_closed(trials(results, "ro"))

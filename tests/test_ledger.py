@@ -11,7 +11,8 @@ import pytest
 import sqlalchemy as sa
 from helpers import record
 
-from searchmaps.ledger import (GRACE_S, _meta, Ledger, StorageError, check_storage, create_tables, drivers, make_engine,
+from searchmaps.storage import metadata as _meta
+from searchmaps.ledger import (GRACE_S, Ledger, StorageError, check_storage, create_tables, drivers, make_engine,
                                storage_fault)
 
 

@@ -775,6 +775,7 @@ def test_a_full_disk_mid_study_is_one_line_exit_1_and_the_resume_finishes(space_
     assert len(lines) == 3 and "Traceback" not in err, err[-3000:]  # the headline, the study, the fault
     assert "optuna.db" in lines[-1] or "runs.csv" in lines[-1]
     assert "full" in lines[-1] or "No space left" in lines[-1]
+    assert "free space on the disk of" in lines[-1] and "writable" not in lines[-1]  # the hint names the cause
     assert "run the same command again" in lines[-1]
     before = runs.read_bytes()
     kept = read_runs(runs)

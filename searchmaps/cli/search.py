@@ -198,16 +198,18 @@ def lost_storage_file(plan: SearchPlan) -> Path | None:
 
 def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
     """The storage or the study folder failed mid-search (a fault of the machine): close
-    what the storage still lets us close, stop a local Ray, say so in one line, exit 1.
-    Every row stored before the fault stays; the next run trains the rest."""
+    what the storage still lets us close, stop a local Ray, say so in one line naming what
+    to put right (the fault's hint), exit 1. Every row stored before the fault stays; the
+    next run trains the rest."""
     try:
         closed = f"{driver.close()} unfinished trial(s) closed"
-    except Exception:  # the storage still fails: the next run closes them
-        closed = "unfinished trials are closed by the next run"
+    except Exception:  # the storage, or runs.csv, still fails
+        closed = (f"{driver.closed} unfinished trial(s) closed" if driver.closed is not None
+                  else "unfinished trials are closed by the next run")
     if ray is not None:
         ray.shutdown()
-    print(f"{prog}: {fault}; {closed} — free the space or bring the database back, then run the same command "
-          f"again to resume", file=sys.stderr)
+    hint = getattr(fault, "hint", "free the space or bring the database back")
+    print(f"{prog}: {fault}; {closed} — {hint}, then run the same command again to resume", file=sys.stderr)
     return 1
 
 

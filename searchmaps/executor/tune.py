@@ -257,6 +257,12 @@ class _QuietFileHandler(logging.FileHandler):
     """A log file that stays silent when it cannot be written (a full disk): the search
     reports the fault itself, in one line."""
 
+    def emit(self, record):
+        try:  # the file is opened at the first record: that open fails too (a folder made read-only)
+            super().emit(record)
+        except OSError:
+            pass
+
     def handleError(self, record):
         pass
 
