@@ -100,11 +100,39 @@ class Ledger:
             conn.execute(drivers.update().where(drivers.c.id == self.driver_id).values(beat_at=time.time()))
 
     def stop(self) -> None:
-        """This driver is done: give back its unfinished claims and say so."""
+        """This driver is done: give back its unfinished claims and say so; and clear what
+        dead drivers left (:meth:`clear_dead`)."""
         with self.engine.begin() as conn:
             conn.execute(claims.delete().where(claims.c.study == self.study, claims.c.driver == self.driver_id,
                                                claims.c.done.is_(False)))
             conn.execute(drivers.update().where(drivers.c.id == self.driver_id).values(stopped=True))
+        self.clear_dead()
+
+    def clear_dead(self) -> int:
+        """Give back the unfinished claims of this study's dead drivers (killed: they never
+        said they stopped) and mark those drivers stopped; how many claims. A unit a dead
+        driver claimed and no one needs any more (its rows were stored before the kill)
+        would otherwise stay claimed for ever. A driver taking one over at this instant
+        finds it gone and claims it afresh (:meth:`claim`)."""
+        live = self.live_drivers()
+        with self.engine.begin() as conn:
+            dead = set(conn.execute(sa.select(drivers.c.id).where(drivers.c.study == self.study,
+                                                                 drivers.c.stopped.is_(False))).scalars()) - live
+            dead |= set(conn.execute(sa.select(claims.c.driver).where(
+                claims.c.study == self.study, claims.c.done.is_(False))).scalars()) - live
+            if not dead:
+                return 0
+            n = conn.execute(claims.delete().where(claims.c.study == self.study, claims.c.done.is_(False),
+                                                   claims.c.driver.in_(sorted(dead)))).rowcount
+            conn.execute(drivers.update().where(drivers.c.study == self.study, drivers.c.id.in_(sorted(dead)))
+                         .values(stopped=True))
+        return n
+
+    def open_claims(self) -> dict[str, str]:
+        """This study's unfinished claims: unit -> the driver holding it."""
+        with self.engine.begin() as conn:
+            return dict(conn.execute(sa.select(claims.c.unit, claims.c.driver).where(
+                claims.c.study == self.study, claims.c.done.is_(False))).all())
 
     def live_drivers(self) -> set[str]:
         """Drivers of this study that are alive (this one included, unless stopped)."""
@@ -123,7 +151,7 @@ class Ledger:
 
     # ------------------------------------------------------------------ claims
 
-    def claim(self, unit: str, candidate: str) -> bool:
+    def claim(self, unit: str, candidate: str, _retry: bool = False) -> bool:
         """Take ``unit`` (a seed of ``candidate``) for this driver. False when it is done,
         or claimed by a live driver."""
         try:
@@ -136,7 +164,7 @@ class Ledger:
         with self.engine.begin() as conn:
             row = conn.execute(sa.select(claims).where(claims.c.study == self.study, claims.c.unit == unit)).first()
         if row is None:  # released in between: try once more
-            return self.claim(unit, candidate)
+            return self.claim(unit, candidate, _retry)
         if row.done:
             return False
         if row.driver == self.driver_id:
@@ -147,6 +175,8 @@ class Ledger:
             taken = conn.execute(claims.update().where(
                 claims.c.study == self.study, claims.c.unit == unit, claims.c.driver == row.driver,
                 claims.c.done.is_(False)).values(driver=self.driver_id, claimed_at=time.time())).rowcount
+        if taken == 0 and not _retry:  # another driver won, or cleared the dead claim (clear_dead): look again
+            return self.claim(unit, candidate, _retry=True)
         return taken == 1
 
     def release(self, unit: str) -> None:

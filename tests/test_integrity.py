@@ -310,3 +310,22 @@ def test_a_study_folder_made_unwritable_mid_search_is_one_line_trials_closed_not
     assert (folder / "runs.csv").read_bytes().startswith(kept[0])  # nothing lost, nothing rewritten
     assert_each_pair_once(read_runs(folder / "runs.csv"), MAPS, seeds=2)
     assert_study_closed(trials(results, "ro"))
+
+
+@pytest.mark.e2e
+def test_no_claim_of_a_killed_driver_survives_the_resumed_runs_end(space_file, tmp_path, ray_env, ray_cluster):
+    """Killed between storing a unit's rows and marking its claim done, a driver leaves an
+    open claim that the resumed run never needs to take over (the rows are there): the
+    resumed run clears it as it stops. Without the fix it stayed open for ever."""
+    from test_search import MAPS, assert_each_pair_once
+
+    results = tmp_path / "res"
+    args = run_args(space_file, results, "claims", ray_cluster)
+    killed = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="recorded:1"), timeout=600)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    ledger = Ledger(f"sqlite:///{results / 'claims' / 'optuna.db'}", "claims")
+    assert ledger.open_claims(), "the kill left no open claim: the test tests nothing"
+    final = run_cli("run", *args, env=ray_env, timeout=600)
+    assert final.returncode == 0, final.stderr[-2000:]
+    assert ledger.open_claims() == {}
+    assert_each_pair_once(read_runs(results / "claims" / "runs.csv"), MAPS, seeds=2)

@@ -60,6 +60,26 @@ def test_a_killed_drivers_claim_is_taken_over_at_once_on_the_same_host(url):
     assert not ledger(url).claim("u#0", "u")  # and only by one
 
 
+def test_a_dead_drivers_open_claims_are_cleared_when_a_driver_stops_and_live_ones_stay(url):
+    """A driver killed after storing a unit's rows (before marking its claim done) leaves an
+    open claim no later driver needs to take over: the next driver to stop clears it, and
+    marks the dead driver stopped; a live driver's claim is left alone."""
+    dead_driver_claim(url, "u#0")
+    a, b = ledger(url), ledger(url)
+    assert a.claim("u#1", "u")
+    assert set(b.open_claims()) == {"u#0", "u#1"}
+    b.stop()
+    assert b.open_claims() == {"u#1": a.driver_id}
+    with b.engine.begin() as conn:
+        assert not conn.execute(sa.select(drivers.c.id).where(drivers.c.stopped.is_(False),
+                                                              drivers.c.id != a.driver_id)).all()
+    c = ledger(url)
+    assert c.claim("u#0", "u")  # free again: claimed afresh
+    a.stop()
+    c.stop()
+    assert c.open_claims() == {}
+
+
 def test_a_silent_driver_on_another_host_loses_its_claims_after_the_grace_period(url):
     a, b = ledger(url), ledger(url)
     assert a.claim("u#0", "u")
