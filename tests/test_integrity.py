@@ -329,3 +329,59 @@ def test_no_claim_of_a_killed_driver_survives_the_resumed_runs_end(space_file, t
     assert final.returncode == 0, final.stderr[-2000:]
     assert ledger.open_claims() == {}
     assert_each_pair_once(read_runs(results / "claims" / "runs.csv"), MAPS, seeds=2)
+
+
+def process_tree(root: int) -> dict[int, str]:
+    """The descendants of ``root`` as ``ps`` lists them: pid -> command name."""
+    import subprocess
+
+    kids: dict[int, list[int]] = {}
+    names = {}
+    for line in subprocess.run(["ps", "-e", "-o", "pid=,ppid=,comm="], capture_output=True, text=True).stdout.splitlines():
+        pid, ppid, name = line.split(None, 2)
+        kids.setdefault(int(ppid), []).append(int(pid))
+        names[int(pid)] = name.strip()
+    out, todo = {}, list(kids.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        out[pid] = names[pid]
+        todo += kids.get(pid, ())
+    return out
+
+
+def running(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+@pytest.mark.e2e
+def test_a_killed_drivers_own_ray_goes_with_it(space_file, tmp_path, ray_env):
+    """kill -9 of a driver alone (not its process group) that started its own Ray: every
+    process of that Ray (GCS, raylet, workers and the raylet's agents) is gone within 20 s.
+    Without the fix the dashboard and runtime-env agents stayed about a minute."""
+    import time
+
+    from test_search import common, wait_stopped
+
+    args = common(space_file, tmp_path / "res", "--seeds", "1", "--workers", "1", "--study", "k")
+    proc = run_cli("run", *args, env=dict(ray_env, SEARCHMAPS_KILL_AT="ray-start:1:stop"), popen=True)
+    tree: dict[int, str] = {}
+    try:
+        wait_stopped(proc)
+        tree = process_tree(proc.pid)
+        assert {"raylet", "gcs_server"} <= set(tree.values()), tree
+        os.kill(proc.pid, signal.SIGKILL)  # the driver alone
+        proc.wait(timeout=60)
+        deadline = time.time() + 20
+        while time.time() < deadline and any(running(pid) for pid in tree):
+            time.sleep(0.2)
+        left = {pid: name for pid, name in tree.items() if running(pid)}
+        assert not left, f"outlived the driver by 20 s: {left}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in tree:
+            if running(pid):
+                os.kill(pid, signal.SIGKILL)

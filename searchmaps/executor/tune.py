@@ -20,7 +20,7 @@ from ..driver import Driver
 from ..ledger import StorageFault
 from ..results import Status
 from ..scheduler import WAIT, Unit
-from . import WORKER_ENV, records_from_json, records_json, say, train_unit
+from . import WORKER_ENV, reaper, records_from_json, records_json, say, train_unit
 
 RAY_LOGGERS = ("ray.tune", "ray.train", "ray.air")  # their records go to the study's driver.log, not the terminal
 
@@ -57,6 +57,7 @@ def start_ray(address: str | None, cpus: float, workers: int):
                      runtime_env={"env_vars": {"RAY_USAGE_STATS_ENABLED": "0", **WORKER_ENV}})
         else:
             os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+            reaper.start()  # this Ray's processes die with this process, even under kill -9
             ray.init(address="local", num_cpus=math.ceil(cpus), include_dashboard=False,
                      object_store_memory=100 * 1024**2, logging_level=logging.WARNING, log_to_driver=False)
     except Exception as exc:  # ConnectionError, RuntimeError, ValueError from ray.init
