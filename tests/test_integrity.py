@@ -385,3 +385,41 @@ def test_a_killed_drivers_own_ray_goes_with_it(space_file, tmp_path, ray_env):
         for pid in tree:
             if running(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("sig,code", [("SIGTERM", 143), ("SIGINT", 130)])
+def test_a_signal_while_the_drivers_ray_starts_is_one_line(space_file, tmp_path, ray_env, sig, code):
+    """The signal is sent as soon as the driver's own Ray has a GCS server and before its
+    raylet is up: ray.init is starting processes, Ray's own SIGTERM handler in place (it
+    calls sys.exit(15)). One line, 143 or 130, and no process of that Ray left behind.
+    Without the fix SIGTERM exited 15 with no message."""
+    import time
+
+    from test_search import common
+
+    args = common(space_file, tmp_path / "res", "--seeds", "1", "--workers", "1", "--study", "sig")
+    proc = run_cli("run", *args, env=ray_env, popen=True)
+    tree: dict[int, str] = {}
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and proc.poll() is None:
+            tree = process_tree(proc.pid)
+            if "gcs_server" in tree.values():
+                break
+            time.sleep(0.05)
+        assert "gcs_server" in tree.values() and "raylet" not in tree.values(), tree
+        os.kill(proc.pid, getattr(signal, sig))
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert proc.returncode == code, (proc.returncode, err[-2000:])
+    assert "Traceback" not in err and len(lines) == 3, err[-2000:]  # headline, study, the signal
+    assert f"interrupted ({sig})" in lines[-1] and "run the same command again to resume" in lines[-1]
+    assert not read_runs(tmp_path / "res" / "sig" / "runs.csv")  # nothing trained
+    deadline = time.time() + 20
+    while time.time() < deadline and any(running(pid) for pid in tree):
+        time.sleep(0.2)
+    assert not [pid for pid in tree if running(pid)]

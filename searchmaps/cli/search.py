@@ -133,7 +133,8 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         bar.close()
         closed = driver.close()
-        if ray is not None and not ray_address:
+        ray = ray or (sys.modules.get("ray") if executor == "ray" else None)  # (a signal inside ray.init)
+        if ray is not None and not ray_address and ray.is_initialized():
             ray.shutdown()
         print(f"{prog}: interrupted ({signal.Signals(signum).name}); {closed} unfinished trial(s) closed "
               f"— run the same command again to resume", file=sys.stderr)
