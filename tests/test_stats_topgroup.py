@@ -180,6 +180,18 @@ def test_sidak_t_against_simulation_and_its_p_value():
     assert float(sidak_t_sf(c * 1.01, m, dof)) < 0.05 < float(sidak_t_sf(c * 0.99, m, dof))
 
 
+def test_sidak_p_value_of_a_zero_difference_is_one_without_a_warning():
+    """Bit-identical rows (a map without repeats, with and without --kv-share) give a t of
+    exactly 0, p = 1: 1 - (1 - p)^m is 1, not log(0)'s RuntimeWarning on the terminal."""
+    import warnings
+
+    from searchmaps.stats.topgroup.critical import sidak_t_sf
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert sidak_t_sf([0.0, -0.0, 0.5], 3, [1.0, 4.0, 4.0]).tolist()[:2] == [1.0, 1.0]
+
+
 def test_studentized_range_and_the_variance_prior_against_references():
     for k, dof in [(2, 1.3), (5, 2.7), (11, 4.0), (11, 44.0), (15, 300.0)]:
         exact = float(__import__("scipy.stats", fromlist=["x"]).studentized_range.ppf(0.95, k, dof))

@@ -151,7 +151,10 @@ def sidak_t_sf(stat, m, dof) -> np.ndarray:
     p-value of ``stat`` on ``dof`` (so it is at most alpha exactly when stat exceeds the
     critical value)."""
     p = 2 * stats.t.sf(np.abs(np.asarray(stat, dtype=float)), np.maximum(np.asarray(dof, dtype=float), 1.0))
-    return -np.expm1(np.maximum(np.asarray(m, dtype=float), 1.0) * np.log1p(-np.minimum(p, 1.0)))
+    p = np.minimum(p, 1.0)
+    whole = p >= 1.0  # a difference of exactly 0 (bit-identical rows): 1, without log(0)
+    sf = -np.expm1(np.maximum(np.asarray(m, dtype=float), 1.0) * np.log1p(-np.where(whole, 0.0, p)))
+    return np.where(whole, 1.0, sf)
 
 
 # --------------------------------------------------------------------------- variance prior
