@@ -494,6 +494,7 @@ def test_a_tiny_search_over_both_settings(ray_cluster, tmp_path, sampler):
         assert rows[0].kv_bytes_per_token != rows[1].kv_bytes_per_token
 
 
+@pytest.mark.e2e
 def test_a_study_of_two_settings_prints_no_warning(tmp_path):
     """A tiny study with --kv-share none,first:8 (the local executor, no Ray) ends with its
     report and no Python warning on the terminal: a map without repeats gives bit-identical
