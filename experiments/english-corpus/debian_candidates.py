@@ -6,10 +6,12 @@ each downloaded ``.deb`` and its BPE tokens under the English corpus's own ``bpe
         --tokenizer ~/.cache/searchmaps/bpe1024-<hash>/tokenizer.json
 
 Per package: its files extracted (``dpkg-deb -x``), ``.gz`` opened; paths under a locale folder
-other than English (``de/``, ``fr/``, ``zh_CN/`` ...) skipped; where the package holds Sphinx
+other than English (``de/``, ``fr-FR/``, ``zh_CN/`` ...) skipped; where the package holds Sphinx
 ``_sources`` only those (reST) are read, else HTML with scripts, styles and tags stripped and
-entities decoded, and plain text, reST, Markdown, info, POD and man pages as they are;
-identical files (SHA-256) once. Bytes per token: the first ``--sample`` bytes of each package's
+entities decoded (not where a text file of the same name is beside it, nor a manual's
+``-big-page.html`` copy), and plain text, reST, Markdown, info, POD and man pages as they are;
+identical files (SHA-256) once. Dictionaries (``.dict.dz``) and fortune files (no suffix) are
+not read: :mod:`searchmaps.english` has their readers. Bytes per token: the first ``--sample`` bytes of each package's
 text encoded with the tokenizer given (the English corpus's ``bpe:1024``). A rough estimate of
 what a reader like :mod:`searchmaps.english` would get: no per-format rules beyond these.
 """
@@ -31,7 +33,8 @@ LOCALES = {"ar", "bg", "bn", "ca", "cs", "da", "de", "el", "es", "et", "eu", "fa
            "pt_BR", "pt-BR", "pt-PT", "ro", "ru", "sk", "sl", "sq", "sr", "sv", "ta", "th", "tr", "uk", "vi", "zh",
            "zh_CN", "zh-CN", "zh_TW", "zh-TW", "fr-FR", "de-DE", "es-ES", "it-IT", "ja-JP", "ko-KR", "ru-RU",
            "nb-NO", "nl-NL", "pl-PL", "sv-SE", "da-DK", "fi-FI", "el-GR", "cs-CZ", "tr-TR", "vi-VN", "ar-EG",
-           "fa-IR", "hr-HR", "id-ID", "ro-RO", "sk-SK", "uk-UA", "sr-Latn-RS", "zh_HK", "en_GB"}
+           "fa-IR", "hr-HR", "id-ID", "ro-RO", "sk-SK", "uk-UA", "sr-Latn-RS", "zh_HK"}
+REGION = re.compile(r"^[a-z]{2,3}[-_][A-Z]{2}$")  # ar-MA, pt_BR: a locale folder (English ones, en-US, kept)
 TEXT = {".txt", ".rst", ".md", ".info", ".pod", ".text", ".tex", ".texi", ".adoc", ".asciidoc"}
 HTML = {".html", ".htm", ".xhtml"}
 MAN = re.compile(r"/man/(man)?[1-9][a-z]*/")
@@ -50,13 +53,19 @@ def package_text(deb: Path) -> tuple[str, bytes]:
         subprocess.run(["dpkg-deb", "-x", str(deb), tmp], check=True)
         files = sorted(p for p in Path(tmp).rglob("*") if p.is_file() and not p.is_symlink())
         sphinx = any("_sources" in p.parts for p in files)
+        texts = {p.with_suffix("") for p in files if p.suffix.lower() in TEXT}  # page.txt beside page.html
         seen, parts = set(), []
         for p in files:
             rel = p.relative_to(tmp).as_posix()
-            if set(p.relative_to(tmp).parts[:-1]) & LOCALES:
+            folders = p.relative_to(tmp).parts[:-1]
+            if set(folders) & LOCALES or any(REGION.match(f) and not f.startswith("en") for f in folders):
                 continue
             base = p.name[:-3] if p.name.endswith(".gz") else p.name
+            if set(base.split(".")[1:-1]) & LOCALES or base.endswith("-big-page.html"):  # page.fr.html; LilyPond's
+                continue  # whole manual as one page besides its pages
             ext = Path(base).suffix.lower()
+            if ext in HTML and p.with_suffix("") in texts:  # git-doc's page.html beside its page.txt source
+                continue
             if sphinx and "_sources" not in rel:
                 continue
             kind = ("text" if ext in TEXT or (sphinx and ext == ".txt") else "html" if ext in HTML and not sphinx
@@ -78,15 +87,34 @@ def package_text(deb: Path) -> tuple[str, bytes]:
         return name, "\n\n".join(parts).encode("utf-8")
 
 
+def current(tok: str, sample: float) -> None:
+    """--data english's packages: their bytes (all documents) and bytes per token (a fixed slice)."""
+    from searchmaps import english
+    from searchmaps.bpe import encode
+
+    _, stats = english.documents(progress=False)
+    docs, _ = english.documents(limit=40, progress=False)
+    print(f"{'--data english':28s} {'':7s} {'text MB':>8s} {'bytes/token':>11s} {'M tokens':>9s}")
+    for pkg in english.PACKAGES:
+        blob = b"\n\n".join(t for n, t in docs if n.startswith(pkg.name + "/"))[:int(sample)]
+        per = len(blob) / max(1, len(encode(tok, blob)))
+        size = stats[pkg.name]["bytes"]
+        print(f"{pkg.name:28s} {'':7s} {size / 1e6:8.1f} {per:11.3f} {size / per / 1e6:9.1f}", flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("debs", help="a folder of .deb files (apt-get download ...)")
     ap.add_argument("--tokenizer", default=None, help="a tokenizer.json (the English corpus's bpe:1024)")
     ap.add_argument("--sample", type=float, default=2e6, help="bytes of each package encoded (default 2e6)")
+    ap.add_argument("--current", action="store_true",
+                    help="first the same columns for --data english's five packages (installed), from a fixed slice")
     args = ap.parse_args(argv)
     tok = Path(args.tokenizer).read_text() if args.tokenizer else None
     if tok:
         from searchmaps.bpe import encode
+    if args.current and tok:
+        current(tok, args.sample)
     print(f"{'package':28s} {'deb MB':>7s} {'text MB':>8s} {'bytes/token':>11s} {'M tokens':>9s}")
     total_bytes = total_tokens = 0.0
     for deb in sorted(Path(args.debs).glob("*.deb")):
