@@ -145,3 +145,21 @@ def test_the_protocol_states_the_epochs_and_says_when_the_horizon_repeats_the_te
     assert "0.05" in once and "repeats" not in once and "`--sampling windows`" in once
     before = pd.DataFrame({"epochs": [math.nan], "train_split_tokens": [0]})  # rows from before the columns
     assert epochs_sentence(before, [{}]) == ""
+
+
+def test_a_runs_csv_written_before_the_column_refuses_epoch_rows_it_would_drop(tmp_path):
+    import csv
+
+    from searchmaps.results import ResultsError, RunsFile, describe
+
+    old = tmp_path / "runs.csv"
+    row = describe(tiny_spec()).to_row()
+    header = [k for k in row if k != "config.train.sampling"]  # a file from before --sampling
+    with open(old, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=header, extrasaction="ignore", lineterminator="\n")
+        w.writeheader()
+        w.writerow(row)
+    with pytest.raises(ResultsError, match="before --sampling"):
+        RunsFile(old).append([describe(epoch_spec())])
+    assert RunsFile(old).append([describe(tiny_spec(seed=1))]) == 1  # its own kind of row still goes in
+    assert [r.config.get("train.sampling") for r in read_runs(old)] == [None, None]
