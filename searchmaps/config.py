@@ -22,7 +22,7 @@ from .maps import (NO_SHARING, PLANNED_SEPARATOR, Candidate, ConfigError, KvShar
 __all__ = ["NO_SHARING", "PLANNED_SEPARATOR", "Candidate", "ConfigError", "KvShare", "ReuseMap",  # from maps.py
            "folder_name_problem", "parse_kv_share", "parse_planned", "resolve_candidate", "ModelConfig", "TrainConfig",
            "TrialSpec", "RECIPE_DEFAULTS", "parse_exit_eps", "POSITIONAL_ENCODINGS", "RESIDUALS", "PRECISIONS",
-           "SCHEDULES", "COOLDOWN_SHAPES", "INITS", "EVAL_PROTOCOLS", "EXIT_EPS_GRID", "ILR_EVAL_CHUNK"]
+           "SCHEDULES", "COOLDOWN_SHAPES", "INITS", "EVAL_PROTOCOLS", "TRAIN_SAMPLINGS", "EXIT_EPS_GRID", "ILR_EVAL_CHUNK"]
 
 PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]  # searchmaps.encodings: one class each
 Residual = Literal["prenorm", "deeploop", "depth-mup"]
@@ -31,6 +31,7 @@ Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]
 Init = Literal["scaled", "normal"]
 EvalProtocol = Literal["windows", "ilr", "spread"]
+TrainSampling = Literal["windows", "epoch"]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
 RESIDUALS: tuple[str, ...] = get_args(Residual)
@@ -39,6 +40,7 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
 INITS: tuple[str, ...] = get_args(Init)
 EVAL_PROTOCOLS: tuple[str, ...] = get_args(EvalProtocol)
+TRAIN_SAMPLINGS: tuple[str, ...] = get_args(TrainSampling)
 EXIT_EPS_GRID = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)  # --exit-eps without a value: KL thresholds in nats
 ILR_EVAL_CHUNK = 4096  # --eval-protocol ilr: the validation split is cut into sequences of this many tokens
 
@@ -162,6 +164,9 @@ class TrainConfig:
     # recorded rung: the KL thresholds tried (empty: no exit evaluation) and the loss tolerance that picks one
     exit_eps: tuple[float, ...] = ()
     exit_tolerance: float = 0.005
+    # the training batches (searchmaps.data.batches): windows, random windows drawn with replacement; epoch,
+    # ILR's: shuffled passes over the split cut into fixed rows of seq_len + 1 tokens, a fresh order each pass
+    sampling: TrainSampling = "windows"
 
     def __post_init__(self) -> None:
         if (self.tokens is None) == (self.train_flops is None):
@@ -219,6 +224,8 @@ class TrainConfig:
         if self.eval_protocol not in EVAL_PROTOCOLS:
             raise ConfigError(f"--eval-protocol must be one of {', '.join(EVAL_PROTOCOLS)}, "
                               f"got {self.eval_protocol!r}")
+        if self.sampling not in TRAIN_SAMPLINGS:
+            raise ConfigError(f"--sampling must be one of {', '.join(TRAIN_SAMPLINGS)}, got {self.sampling!r}")
 
     @property
     def forward_batch(self) -> int:
@@ -288,7 +295,7 @@ class TrialSpec:
         schedule fields enter only where they change the numbers (a cosine schedule
         ignores the cooldown; no fixed warm-up), so configurations from before they existed
         keep their hash. So do the recipe options at their defaults (``init``, ``kv_share``,
-        ``decay_gains``, ``eval_protocol``); ``micro_batch`` never enters (it changes how a step is computed,
+        ``decay_gains``, ``eval_protocol``, ``sampling``); ``micro_batch`` never enters (it changes how a step is computed,
         not what: the numbers agree up to float rounding), nor does the preset's name (its
         values are the fields)."""
         d = self.to_dict()
@@ -307,7 +314,8 @@ class TrialSpec:
 
 
 RECIPE_DEFAULTS = {"model.init": "scaled", "model.kv_share": "none", "train.decay_gains": False,
-                   "train.eval_protocol": "windows", "train.exit_eps": (), "train.exit_tolerance": 0.005}
+                   "train.eval_protocol": "windows", "train.exit_eps": (), "train.exit_tolerance": 0.005,
+                   "train.sampling": "windows"}
 """Options added after studies were committed, at the values those studies ran with: a
 configuration at these values keeps the hash (and the protocol) it had before they existed."""
 

@@ -61,6 +61,33 @@ def test_bad_exit_flags_of_a_search_are_refused_before_anything_is_written(space
     assert not (tmp_path / "r").exists()
 
 
+# --------------------------------------------------------------------------- --sampling
+
+
+def test_an_unknown_sampling_is_refused_by_train_before_training(tmp_path, capsys):
+    runs = tmp_path / "runs.csv"
+    refused(capsys, train_main, [*TRAIN, "--runs", str(runs), "--sampling", "shuffle"], "--sampling", "windows, epoch")
+    assert not runs.exists()
+
+
+@pytest.mark.parametrize("main, value", [(run_main, "shuffle"), (run_main, "epoch,windows"), (run_main, "fair,sandwich"),
+                                         (supernet_main, "shuffle")])
+def test_an_unknown_sampling_is_refused_by_a_search_before_anything_is_written(space_file, tmp_path, capsys, main,
+                                                                               value):
+    refused(capsys, main, search(space_file, tmp_path / "r", "--sampling", value), "--sampling", "epoch", "sandwich")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_search_takes_the_training_sampling_and_the_supernets_in_one_flag(space_file, tmp_path):
+    from searchmaps.cli.flags import supernet_method
+    from searchmaps.cli.run import build_parser, build_plan
+
+    args = build_parser().parse_args(search(space_file, tmp_path / "r", "--sampling", "epoch,fair", "--dry-run"))
+    assert build_plan(args).space.train.sampling == "epoch" and supernet_method(args).sampling == "fair"
+    args = build_parser().parse_args(search(space_file, tmp_path / "r", "--sampling", "fair", "--dry-run"))
+    assert build_plan(args).space.train.sampling == "windows" and supernet_method(args).sampling == "fair"
+
+
 def test_exit_tolerance_is_taken_with_exit_eps_or_a_space_file_that_sets_it(space_file, tmp_path, capsys):
     assert run_main(search(space_file, tmp_path / "r", "--exit-eps", "1e-3", "--exit-tolerance", "0.01",
                            "--dry-run")) == 0

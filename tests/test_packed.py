@@ -197,9 +197,11 @@ def test_the_train_command_packs_seeds_and_appends_their_rows(tmp_path):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("compile", [False, True])
-def test_packed_on_cuda_matches_separate_on_cuda(corpus, compile):
-    specs = [dataclasses.replace(s, device="cuda") for s in seeds(4, reuse="2,1", precision="bf16", compile=compile)]
+@pytest.mark.parametrize("compile, sampling", [(False, "windows"), (True, "windows"), (False, "epoch")])
+def test_packed_on_cuda_matches_separate_on_cuda(corpus, compile, sampling):
+    # on CUDA packed seeds gather their rows on the device from each stream's starts (--sampling epoch: rows)
+    specs = [dataclasses.replace(s, device="cuda")
+             for s in seeds(4, reuse="2,1", precision="bf16", compile=compile, sampling=sampling)]
     packed = train_packed(specs, None, corpus)
     assert all(r.device.startswith("cuda") for r in packed)
     assert_same(packed, alone(specs, corpus), TOL["bf16"])

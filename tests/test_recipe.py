@@ -200,7 +200,7 @@ PRESET_MODEL = {"n_layers": 4, "d_model": 128, "n_heads": 4, "ffn_hidden": 512, 
                 "init": "normal", "vocab_size": 1024}
 PRESET_TRAIN = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.999, "weight_decay": 0.01, "decay_gains": True, "grad_clip": 1.0,
                 "schedule": "cosine", "warmup_frac": 0.1, "min_lr_frac": 0.0, "batch_size": 64, "micro_batch": 8,
-                "eval_protocol": "ilr"}
+                "eval_protocol": "ilr", "sampling": "epoch"}
 
 
 @pytest.mark.e2e
@@ -228,11 +228,17 @@ def test_the_ilr_small_preset_trains_and_every_row_reads_back_its_recipe(tmp_pat
     assert len(long.curve) >= 1 and math.isfinite(long.val_loss)
 
 
-def test_ilr_large_is_ilr_small_on_the_large_model():
+def test_the_presets_state_ilrs_horizon_and_ilr_large_is_ilrs_large_recipe():
     small, large = get_preset("ilr-small"), get_preset("ilr-large")
-    assert large["train"] == small["train"] and large["tokenizer"] == "bpe:32000"
-    assert {k: large["model"][k] for k in ("n_layers", "d_model", "n_heads")} == {"n_layers": 8, "d_model": 768,
-                                                                                  "n_heads": 8}
+    # ILR's small runs: one epoch of a 500 M-token split, shuffled rows; its large runs: six, at lr 1e-3, 2 % warm-up
+    assert (small["train"]["tokens"], small["train"]["sampling"]) == (500_000_000, "epoch")
+    assert {k: large["train"][k] for k in ("lr", "warmup_frac", "tokens", "sampling")} == \
+        {"lr": 1e-3, "warmup_frac": 0.02, "tokens": 3_000_000_000, "sampling": "epoch"}
+    same = {k: v for k, v in large["train"].items() if k not in ("lr", "warmup_frac", "tokens")}
+    assert same == {k: v for k, v in small["train"].items() if k not in ("lr", "warmup_frac", "tokens")}
+    assert large["tokenizer"] == "bpe:32000"
+    assert {k: large["model"][k] for k in ("n_layers", "d_model", "n_heads", "ffn_hidden")} == \
+        {"n_layers": 8, "d_model": 768, "n_heads": 8, "ffn_hidden": 3072}
     for name in PRESETS:  # every preset is a valid configuration
         p = get_preset(name)
         TrialSpec(model=ModelConfig(**p["model"]), train=TrainConfig(**p["train"]))
@@ -270,6 +276,11 @@ def test_the_search_takes_a_preset_and_writes_it_to_study_json(tmp_path, capsys)
                                              "--lr", "1e-3", "--dry-run", "--results-dir", str(tmp_path)])
     plan = build_plan(args)
     assert plan.space.model.seq_len == 1024 and plan.space.train.lr == 1e-3 and plan.space.train.decay_gains
+    assert plan.space.train.tokens == 500_000_000 and plan.space.train.sampling == "epoch"  # the preset's horizon
+    shorter = build_plan(build_search_parser().parse_args(["--space", "ilr4", "--budget-flops", "2e7", "--preset",
+                                                           "ilr-small", "--tokens", "2e5", "--sampling", "windows",
+                                                           "--dry-run", "--results-dir", str(tmp_path)]))
+    assert shorter.space.train.tokens == 200_000 and shorter.space.train.sampling == "windows"
     assert plan.protocol()["preset"] == "ilr-small" and plan.protocol()["model"]["init"] == "normal"
     spec = plan.spec(plan.candidates[0], 0)
     assert spec.preset == "ilr-small" and spec.train.eval_protocol == "ilr" and spec.train.micro_batch == 8

@@ -514,8 +514,10 @@ ADDED_SINCE = {"packed": 1, "config.preset": "", "config.model.init": "scaled", 
                "config.model.kv_share": "none",
                **dict.fromkeys(("exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"), math.nan),
                "exit_grid": "", "config.train.exit_eps": [], "config.train.exit_tolerance": 0.005,
-               "eval_tokens_scored": 512}  # tiny_spec asks 512 held-out tokens; stdlib holds them
-UNTRAINED = {"eval_tokens_scored": 0}  # the worker_* cases fail before a training starts: nothing was scored
+               "eval_tokens_scored": 512,  # tiny_spec asks 512 held-out tokens; stdlib holds them
+               "config.train.sampling": "windows"}
+# the worker_* cases fail before a training starts: nothing was scored, no split measured
+UNTRAINED = {"eval_tokens_scored": 0, "train_split_tokens": 0, "epochs": math.nan}
 
 
 @pytest.mark.parametrize("name", CASES)
@@ -531,7 +533,8 @@ def test_the_trainer_gives_the_numbers_it_gave_before_its_split(corpus, tmp_path
     assert len(got["records"]) == len(want["records"])
     for g, w in zip(got["records"], want["records"]):
         # a column added after the golden numbers holds its value for one training
-        w = {**ADDED_SINCE, **(UNTRAINED if name.startswith("worker_") else {}), **w}
+        split = {"train_split_tokens": len(corpus.train), "epochs": w["tokens"] / len(corpus.train)}
+        w = {**ADDED_SINCE, **split, **(UNTRAINED if name.startswith("worker_") else {}), **w}
         wrong = {k: (g.get(k), w.get(k)) for k in w.keys() | g.keys() if not _exact(g.get(k), w.get(k))}
         assert not wrong, wrong
     assert _exact(got["callbacks"], want["callbacks"]) and got["weights"] == want["weights"]

@@ -9,12 +9,16 @@ from __future__ import annotations
 import argparse
 
 from ..config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
-                      SCHEDULES, ConfigError, ModelConfig, ReuseMap)
+                      SCHEDULES, TRAIN_SAMPLINGS, ConfigError, ModelConfig, ReuseMap)
 from ..presets import PRESETS, get_preset
 from ..supernet.method import SAMPLINGS, SPLIT_BUDGETS, SPLITS, SupernetMethod
 from .common import count, counts, number, numbers, texts, thresholds
 
 # --------------------------------------------------------------------------- flag groups
+
+SAMPLING_HELP = ("the training batches: windows (default): random --seq-len windows drawn with replacement; epoch "
+                 "(ILR's, --preset ilr-small's): the training split cut into rows of --seq-len + 1 tokens, one "
+                 "shuffled pass over them per epoch, a fresh order each pass (docs/training.md)")
 
 
 def add_pe_args(p, search: bool) -> None:
@@ -95,6 +99,8 @@ def add_proxy_args(g, search: bool) -> None:
                         f"from the split's start; spread: --eval-tokens worth of windows spread evenly over the whole "
                         f"held-out split (every document in proportion to its length); ilr: the first --seq-len tokens "
                         f"of each 4,096-token held-out sequence")
+    if not search:  # searchmaps.run's --sampling is the supernet group's, which takes these values too
+        g.add_argument("--sampling", default=None, metavar="|".join(TRAIN_SAMPLINGS), help=SAMPLING_HELP)
     grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
     g.add_argument("--exit-eps", nargs="?", const=grid, default=None, type=thresholds, metavar="E1,E2,...",
                    help=f"also evaluate each recorded rung's weights under per-token convergence exit (a token stops "
@@ -125,11 +131,13 @@ def add_supernet_args(w) -> None:
     """The supernet's training flags (searchmaps.run --prescreen, searchmaps.supernet); read
     back by :func:`supernet_method`."""
     w.add_argument("--supernet-seeds", type=int, default=3, help="supernet seeds (default 3)")
-    w.add_argument("--sampling", choices=SAMPLINGS, default=None,
+    w.add_argument("--sampling", default=None, metavar="|".join(SAMPLINGS + TRAIN_SAMPLINGS),
                    help="the map each supernet step runs: uniform over the feasible maps, sandwich (the cheapest, "
                         "the most expensive and a random one in turn), or fair (every layer's repeat values "
                         "equally often, FairNAS); default sandwich (uniform with --split depth), the best ranking "
-                        "over both committed comparisons (results/supernet-methods/README.md)")
+                        "over both committed comparisons (results/supernet-methods/README.md). Also takes "
+                        f"{' or '.join(TRAIN_SAMPLINGS)}, the training batches (as searchmaps.train's --sampling); "
+                        "a comma list gives both (epoch,fair)")
     w.add_argument("--distill", action=argparse.BooleanOptionalAction, default=None,
                    help="in-place distillation: every step trains the deepest map on the labels and the step's other "
                         "maps (sandwich: the cheapest and a random one; uniform: a random one) on its predictions "
@@ -152,8 +160,29 @@ def supernet_method(args: argparse.Namespace) -> SupernetMethod:
         raise ConfigError(f"--supernet-seeds must be at least 1, got {args.supernet_seeds}")
     if getattr(args, "keep", 1) < 1:
         raise ConfigError(f"--keep must be at least 1, got {args.keep}")
-    return SupernetMethod.resolve(args.sampling, args.distill, args.split, args.split_budget,
+    return SupernetMethod.resolve(split_sampling(args)[1], args.distill, args.split, args.split_budget,
                                   getattr(args, "finetune_tokens", None), getattr(args, "landmarks", 0))
+
+
+def split_sampling(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``--sampling``'s values as (the training batches', the supernet's), None where unset. On a
+    command with a supernet group the one flag takes both kinds (``epoch,fair``); elsewhere its value is
+    the training's, checked by TrainConfig. ConfigError naming --sampling for an unknown or repeated kind."""
+    text = getattr(args, "sampling", None)
+    if text is None:
+        return None, None
+    if not hasattr(args, "supernet_seeds"):  # searchmaps.train: no supernet flags
+        return text, None
+    train = supernet = None
+    for part in (p.strip() for p in str(text).split(",")):
+        if part in TRAIN_SAMPLINGS and train is None:
+            train = part
+        elif part in SAMPLINGS and supernet is None:
+            supernet = part
+        else:
+            raise ConfigError(f"--sampling takes {' or '.join(TRAIN_SAMPLINGS)} (the training batches) and/or "
+                              f"{', '.join(SAMPLINGS)} (the supernet's maps), one of each at most, got {text!r}")
+    return train, supernet
 
 
 def model_overrides(args: argparse.Namespace) -> dict:
@@ -177,6 +206,8 @@ def train_overrides(args: argparse.Namespace) -> dict:
               "exit_eps", "exit_tolerance"):
         if getattr(args, a, None) is not None:
             out[a] = getattr(args, a)
+    if split_sampling(args)[0] is not None:
+        out["sampling"] = split_sampling(args)[0]
     return out
 
 

@@ -1,5 +1,6 @@
-"""Deterministic batches: random training windows as a function of the seed, with a
-position that can be saved and restored; fixed validation windows (and ILR's protocol)."""
+"""Deterministic batches: training batches as a function of the seed (random windows, or
+ILR's shuffled passes over fixed rows), with a position that can be saved and restored;
+fixed validation windows (and ILR's protocol)."""
 
 from __future__ import annotations
 
@@ -61,9 +62,59 @@ class BatchStream:
         self._rng.bit_generator.state = state
 
 
-def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int) -> BatchStream:
-    """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only."""
-    return BatchStream(corpus, batch_size, seq_len, seed)
+class EpochStream(BatchStream):
+    """``--sampling epoch``, ILR's: the training split cut into consecutive rows of
+    ``seq_len + 1`` tokens (disjoint; a last partial row dropped), read in a shuffled order,
+    a fresh permutation each pass (epoch) drawn from ``(seed, epoch)``; the batches run on
+    across a pass's end, so every batch is full and every row is read once per pass.
+    Like ILR's released code, which cuts its data into 1,024-token rows and scores 1,023
+    targets in each, no row's first token is a target. Its position (rows read so far) is
+    what :meth:`state` saves."""
+
+    def __init__(self, corpus: Corpus, batch_size: int, seq_len: int, seed: int):
+        check_fits(corpus, batch_size, seq_len)
+        self._corpus, self._batch_size, self._seed = corpus, batch_size, seed
+        self._offsets = np.arange(seq_len + 1)
+        self._row = seq_len + 1
+        self.rows = len(corpus.train) // self._row  # at least batch_size: check_fits
+        self._read = 0  # rows handed out so far, over every pass
+        self._order: tuple[int, np.ndarray] | None = None  # (epoch, its permutation), the last one drawn
+
+    def order(self, epoch: int) -> np.ndarray:
+        """Pass ``epoch``'s row order: a permutation of ``range(rows)``, a function of the seed and ``epoch``."""
+        if self._order is None or self._order[0] != epoch:
+            self._order = (epoch, np.random.default_rng([self._seed, epoch]).permutation(self.rows))
+        return self._order[1]
+
+    @property
+    def epochs(self) -> float:
+        """Passes over the rows read so far (1.5: one pass and half of the next)."""
+        return self._read / self.rows
+
+    def next_starts(self) -> np.ndarray:
+        positions = self._read + np.arange(self._batch_size)
+        self._read += self._batch_size
+        epochs, within = np.divmod(positions, self.rows)
+        rows = np.array([self.order(int(e))[i] for e, i in zip(epochs, within)], dtype=np.int64)
+        return rows * self._row
+
+    def state(self) -> dict:
+        return {"sampling": "epoch", "rows_read": self._read}
+
+    def restore(self, state: dict) -> None:
+        if not isinstance(state, dict) or state.get("sampling") != "epoch":
+            raise ValueError("not the state of an --sampling epoch stream")
+        self._read = int(state["rows_read"])
+
+
+SAMPLINGS = {"windows": BatchStream, "epoch": EpochStream}
+
+
+def train_batches(corpus: Corpus, batch_size: int, seq_len: int, seed: int, sampling: str = "windows"
+                  ) -> BatchStream:
+    """Endless ``(x, y)`` int64 batches, a function of ``seed`` only: random windows with
+    replacement (``windows``), or shuffled passes over fixed rows (``epoch``, :class:`EpochStream`)."""
+    return SAMPLINGS[sampling](corpus, batch_size, seq_len, seed)
 
 
 def val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int

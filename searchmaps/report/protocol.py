@@ -41,6 +41,9 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: An
             out.append(f"Token-matched: every run asked for the same {float(asked or tokens.max()):,.0f} tokens "
                        f"(trained: {tokens.min():,.0f} to {tokens.max():,.0f}), so maps that apply more layers also "
                        f"spent more training compute.")
+    epochs = epochs_sentence(ok, configs)
+    if epochs:
+        out.append(epochs)
     if configs:
         out.append(recipe_sentence(configs, ok))
     if info.get("preset"):
@@ -111,6 +114,26 @@ def _lr_text(rates: pd.Series) -> str:
         return f"learning rate {fmt_lr(counts.index[0])}"
     parts = [f"{fmt_lr(lr)} ({n} map{'s' if n > 1 else ''})" for lr, n in sorted(counts.items())]
     return "learning rate " + ", ".join(parts[:-1]) + f" or {parts[-1]} (fitted per map)"
+
+
+def epochs_sentence(ok: pd.DataFrame, configs: list[dict] | None = None) -> str:
+    """How many passes over the training split the rows' horizon implies (their ``epochs``:
+    tokens trained / the split's tokens) and how the batches were drawn; "" for rows from before
+    the split was measured. A horizon that repeats the split is said, not refused."""
+    if "epochs" not in ok or "train_split_tokens" not in ok:
+        return ""
+    rows = ok[np.isfinite(ok["epochs"].astype(float)) & (ok["train_split_tokens"] > 0)]
+    if not len(rows):
+        return ""
+    lo, hi, split = float(rows["epochs"].min()), float(rows["epochs"].max()), int(rows["train_split_tokens"].iloc[0])
+    passes = f"{hi:.3g}" if hi - lo < 0.005 * hi else f"{lo:.3g} to {hi:.3g}"
+    sampling = {c.get("train.sampling") or "windows" for c in configs or ()}
+    how = ("; batches in shuffled passes over fixed rows (`--sampling epoch`, ILR's)" if sampling == {"epoch"} else
+           "; batches of random windows drawn with replacement (`--sampling windows`)" if sampling <= {"windows"}
+           else "")
+    repeat = (f"; the horizon repeats the training text {hi:.3g} times, so later updates see text the model has "
+              f"already seen" if hi > 1 else "")
+    return f"Epochs: {passes} (tokens trained / the training split's {split:,} tokens){how}{repeat}."
 
 
 def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:

@@ -82,6 +82,10 @@ class RunsFile:
                 if header is not None and "kv_share" not in header and any(r.kv_share.shared for r in new):
                     raise ResultsError(f"{self.path} was written before --kv-share and has no column for it; "
                                        f"append these rows to another runs.csv")
+                if header is not None and "config.train.sampling" not in header \
+                        and any(r.config.get("train.sampling", "windows") != "windows" for r in new):
+                    raise ResultsError(f"{self.path} was written before --sampling and has no column for it; "
+                                       f"append these rows to another runs.csv")
                 if header is None:
                     header = list(rows[0])
                     for row in rows[1:]:

@@ -114,6 +114,10 @@ class RunRecord:
     # held-out tokens each validation actually scored: config.train.eval_tokens is what was asked (in the hash),
     # this what a smaller split (or whole windows, or --eval-protocol ilr) gave; 0 where not measured
     eval_tokens_scored: int = 0
+    # the training split's tokens, and the passes over it the row's training implies (tokens / train_split_tokens:
+    # above 1 the horizon repeats the split); 0 and NaN where not measured (rows from before they existed)
+    train_split_tokens: int = 0
+    epochs: float = _NAN
     # the learning rate the row trained at (the config's train.lr, read once here; NaN where it has none)
     lr: float = field(init=False, repr=False, compare=False)
 
@@ -211,16 +215,16 @@ def failed_record(spec: TrialSpec, reason: str, status: Status = Status.FAILED) 
 
 _FIELD_NAMES = [f.name for f in dataclasses.fields(RunRecord) if f.init]  # lr is read from the config
 _INT = {"seed", "rung", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
-        "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed", "eval_tokens_scored"}
+        "kv_bytes_per_token", "steps", "steps_planned", "tokens", "packed", "eval_tokens_scored", "train_split_tokens"}
 _FLOAT = {"horizon_target", "train_flops", "val_loss", "val_ppl", "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb",
-          "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"}
+          "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s", "epochs"}
 COLUMNS = ["run_id", "study", "candidate", "map", "pe", "seed", "rung", "role", "status", "error", "horizon",
            "horizon_target",
            "config_hash", "n_params", "applied_layers", "flops_per_token", "train_flops_per_token",
            "kv_bytes_per_token", "steps", "steps_planned", "tokens", "train_flops", "val_loss", "val_ppl",
            "train_loss", "wall_s", "cpu_s", "eval_s", "tokens_per_s", "rss_mb", "data_fingerprint", "device",
            "packed", "torch_version", "host", "exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token",
-           "exit_grid", "exit_s", "curve", "kv_share", "eval_tokens_scored"]
+           "exit_grid", "exit_s", "curve", "kv_share", "eval_tokens_scored", "train_split_tokens", "epochs"]
 _RENAMED = {"device_resolved": "device"}  # columns of runs.csv files written before the typed rows
 _REQUIRED = ("map", "pe", "seed", "status")
 

@@ -131,7 +131,8 @@ def train_ladder(
     cfg = spec.model
     scored = scored_tokens(corpus, spec)
     rungs = RungRecords(lad, {i: describe(lad.specs[i], corpus.fingerprint).replace(
-        device=device, rung=i, eval_tokens_scored=scored) for i in range(first, last + 1)}, wanted, on_rung)
+        device=device, rung=i, eval_tokens_scored=scored, train_split_tokens=len(corpus.train))
+        for i in range(first, last + 1)}, wanted, on_rung)
 
     torch.set_num_threads(spec.threads)
     torch.manual_seed(spec.seed)
@@ -204,7 +205,8 @@ def train_packed(
     n = len(specs)
     scored = scored_tokens(corpus, spec)
     per_seed = [RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint).replace(
-        device=device, rung=i, packed=n, eval_tokens_scored=scored) for i in range(first, last + 1)}, wanted,
+        device=device, rung=i, packed=n, eval_tokens_scored=scored, train_split_tokens=len(corpus.train))
+        for i in range(first, last + 1)}, wanted,
         on_rung) for k in range(n)]
     rungs = PackedRungs(per_seed)
     torch.set_num_threads(spec.threads)

@@ -103,7 +103,7 @@ class Training:
             compile_layers(self.model)
         self.opt = make_optimizer(self.model, spec)
         self.val = validation_batches(corpus, spec)
-        self.batches = train_batches(corpus, t.batch_size, cfg.seq_len, spec.seed)
+        self.batches = train_batches(corpus, t.batch_size, cfg.seq_len, spec.seed, t.sampling)
         self.guard = Guard(cfg.vocab_size, lad.warmup)
         self.step = TrainStep(self.model, self.opt, self.guard, device, t.precision, t.grad_clip, t.micro_batch)
         self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance

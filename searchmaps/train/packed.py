@@ -149,7 +149,7 @@ class PackedTraining:
         self.val = validation_batches(corpus, spec)
         if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
             self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
-        self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
+        self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed, t.sampling) for s in specs]
         # off the CPU the training split lives on the device, and batches are gathered there
         self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
         self._window = torch.arange(cfg.seq_len + 1, device=device)

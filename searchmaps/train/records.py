@@ -87,6 +87,7 @@ class RungRecords:
             tokens=steps_done * per_step, train_flops=float(steps_done * per_step * base.train_flops_per_token),
             val_loss=val_loss, val_ppl=perplexity(val_loss),
             train_loss=sum(tail) / len(tail) if tail else float("nan"), curve=tuple(points),
+            epochs=steps_done * per_step / base.train_split_tokens if base.train_split_tokens else float("nan"),
             wall_s=history.wall_s, cpu_s=history.cpu_s, eval_s=history.eval_s,  # cpu_s / wall_s: core usage
             tokens_per_s=steps_done * per_step / (history.wall_s - history.eval_s)
             if history.wall_s > history.eval_s else float("nan"))  # training throughput: validation excluded
