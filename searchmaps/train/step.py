@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ILR_EVAL_CHUNK, TrialSpec
-from ..data import Corpus, ilr_val_batches, spread_val_batches, val_batches
+from ..data import Corpus, ilr_val_batches, spread_val_batches, stratified_val_batches, val_batches
 from ..model import LoopedLM
 from ..results import Status
 
@@ -206,12 +206,15 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
 def validation_batches(corpus: Corpus, spec: TrialSpec) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation batches of ``spec``'s ``train.eval_protocol``, ``forward_batch``
     sequences each: ``windows`` (:func:`~searchmaps.data.val_batches`), ``spread``
-    (:func:`~searchmaps.data.spread_val_batches`) or ``ilr`` (:func:`~searchmaps.data.ilr_val_batches`)."""
+    (:func:`~searchmaps.data.spread_val_batches`), ``stratified``
+    (:func:`~searchmaps.data.stratified_val_batches`) or ``ilr`` (:func:`~searchmaps.data.ilr_val_batches`)."""
     t, seq_len = spec.train, spec.model.seq_len
     if t.eval_protocol == "ilr":
         return ilr_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens, ILR_EVAL_CHUNK)
     if t.eval_protocol == "spread":
         return spread_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
+    if t.eval_protocol == "stratified":
+        return stratified_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
     return val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
 
 
