@@ -189,16 +189,23 @@ def autocast(device: str, precision: str):
 
 
 @torch.no_grad()
-def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
-    """Mean validation cross-entropy (nats per token) over fixed batches."""
+def evaluate(model: LoopedLM, batches, device: str, precision: str, windows: list | None = None) -> float:
+    """Mean validation cross-entropy (nats per token) over fixed batches. ``windows`` (a list):
+    each window's own mean cross-entropy is appended to it, in batch order (from the logits in
+    fp32; the returned mean is the model's loss as before, bit for bit)."""
+    import torch.nn.functional as F
+
     model.eval()
     total, count = 0.0, 0
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         with autocast(device, precision):
-            _, loss = model(x, y)
+            logits, loss = model(x, y)
         total += loss.item() * y.numel()
         count += y.numel()
+        if windows is not None:
+            per = F.cross_entropy(logits.float().flatten(0, -2), y.flatten(), reduction="none")
+            windows.extend(per.view(y.shape).mean(dim=1).tolist())
     model.train()
     return total / count
 
