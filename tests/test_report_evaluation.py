@@ -111,3 +111,43 @@ def test_a_training_records_its_final_validation_per_window_and_its_curve_stays_
     assert all(set(p) == {"step", "tokens", "val_loss"} for p in rec.curve)
     assert RunRecord.from_json(rec.to_json()).eval_windows == rec.eval_windows
     assert "eval_windows" not in rec.to_row()
+
+
+def test_the_top_group_sentence_names_gaps_and_allowances_and_explains_wide_allowances(tmp_path):
+    """Made-up study: six maps, five quiet ones and one whose seeds vary 10x more. The sentence
+    gives the gaps as gaps and the allowances as allowances, and says why the noisy map's
+    allowance is wider: its own seeds."""
+    import re
+
+    g = np.random.default_rng(3)
+    shift = g.normal(0, 0.02, 6)  # seed effects shared by every map
+    levels = {"1,1,1,1|rope": 3.00, "2,1,1,1|rope": 3.01, "1,2,1,1|rope": 3.012, "1,1,2,1|rope": 3.015,
+              "1,1,1,2|rope": 3.10, "4,2,1,1|rope": 3.04}
+    results = {}
+    for c, mu in levels.items():
+        sd = 0.06 if c == "4,2,1,1|rope" else 0.005
+        results[c] = [math.exp(mu + shift[s] + g.normal(0, sd)) for s in range(6)]
+    folder = make_study(tmp_path / "wide", results)
+    rep = write_report(folder)
+    text = (folder / "report.md").read_text()
+    s = rep.summary.set_index("candidate")
+    own = s["rule_allowance"].replace(np.inf, np.nan).dropna()
+    m = re.search(r"not significantly worse \(gaps to the best of ([\d.]+) to ([\d.]+) nats, each within its own "
+                  r"allowance under the moderated rule: allowances ([\d.]+) to ([\d.]+) nats\)", text)
+    assert m, text
+    inside = [c for c in s.index[s["in_top_group"]] if np.isfinite(s.loc[c, "rule_allowance"])]
+    assert float(m.group(2)) == pytest.approx(s.loc[inside, "rule_gap"].max(), rel=0.01)
+    assert float(m.group(4)) == pytest.approx(s.loc[inside, "rule_allowance"].max(), rel=0.01)
+    assert re.search(r"`1,1,1,2\|rope` is significantly worse \(gaps of [\d.]+ nats, each beyond its own allowance "
+                     r"under the moderated rule: allowance [\d.]+ nats\)", text), text
+    ratio = own["4,2,1,1|rope"] / own.median()
+    assert ratio > 2.5
+    loss = {c: np.log(v) for c, v in results.items()}
+    note = re.search(r"`4,2,1,1\|rope` has an allowance ([\d.]+)× the median \(([\d.]+) nats\): each pair's allowance "
+                     r"grows with its own noise, and its validation loss varies more over seeds \(sd ([\d.]+) nats "
+                     r"against a median of ([\d.]+) for the other maps\)\.", text)
+    assert note, text
+    assert float(note.group(1)) == pytest.approx(ratio, abs=0.051)
+    assert float(note.group(3)) == pytest.approx(np.std(loss["4,2,1,1|rope"], ddof=1), rel=0.01)
+    others = [np.std(v, ddof=1) for c, v in loss.items() if c not in ("4,2,1,1|rope", s.index[0])]
+    assert float(note.group(4)) == pytest.approx(np.median(others), rel=0.01)
