@@ -8,6 +8,10 @@ block that quotes, for each of its study folders, the key generated sentences of
 equal-FLOPs reading of a ladder, the agreement with ILR's table, and the evaluation's size and
 source. Nothing in the block is written by hand.
 
+The README's "What the committed studies found" gets the same kind of block (between
+``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, its first folder's best map
+and top group, its equal-FLOPs baseline sentence and its agreement with ILR's table.
+
     python results/quote_findings.py           # rewrite the blocks
     python results/quote_findings.py --check   # exit 1, naming the page, when a block is stale
 """
@@ -73,6 +77,35 @@ def block(page: str) -> str:
     return "\n".join(lines)
 
 
+TITLES = {
+    "ilr-table1-rope-tokens": "ILR's Table 1 with 5 seeds",
+    "ilr-table1-rope-fairlr": "With the learning rate fitted per map",
+    "ilr-table1-rope-ladder": "Over a 16× horizon ladder",
+    "ilr-table1-rope-scale": "Past 10 M tokens, on a GPU",
+    "ilr-table1-attribution": "ILR's protocol, step by step (arm c at ILR's context and recipe)",
+}
+README_FOLDER = {"ilr-table1-attribution": "ilr-table1-attr-c"}  # the folder the README quotes for a page
+R_BEGIN, R_END = "<!-- studies:begin -->", "<!-- studies:end -->"
+
+
+def readme_block() -> str:
+    lines = [R_BEGIN, "Quoted from each study's `report.md` by `python results/quote_findings.py` (nothing here "
+             "is written by hand):", ""]
+    for page, title in TITLES.items():
+        folder = README_FOLDER.get(page, PAGES[page][0])
+        said = key_sentences((RESULTS / folder / "report.md").read_text(encoding="utf-8"))
+        keep = [x for x in said if x.startswith("`") and " is best" in x or "significantly worse" in x
+                or x.startswith(("There the baseline", "Against ILR Table 1"))]
+        lines.append(f"- **{title}** ([page](results/{page}/README.md), `{folder}`): " + " ".join(keep))
+    lines.append(R_END)
+    return "\n".join(lines)
+
+
+def readme_updated(text: str) -> str:
+    head, rest = text.split(R_BEGIN, 1)
+    return head + readme_block() + rest.split(R_END, 1)[1]
+
+
 def updated(page: str, text: str) -> str:
     new = block(page)
     if BEGIN in text and END in text:
@@ -93,6 +126,14 @@ def main(argv: list[str]) -> int:
             stale.append(str(path))
             if not check:
                 path.write_text(new, encoding="utf-8")
+    readme = RESULTS.parent / "README.md"
+    text = readme.read_text(encoding="utf-8")
+    if R_BEGIN in text:
+        new = readme_updated(text)
+        if new != text:
+            stale.append(str(readme))
+            if not check:
+                readme.write_text(new, encoding="utf-8")
     if check and stale:
         print(f"stale findings in {', '.join(stale)}: run python results/quote_findings.py", file=sys.stderr)
         return 1

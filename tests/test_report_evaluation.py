@@ -151,3 +151,23 @@ def test_the_top_group_sentence_names_gaps_and_allowances_and_explains_wide_allo
     assert float(note.group(3)) == pytest.approx(np.std(loss["4,2,1,1|rope"], ddof=1), rel=0.01)
     others = [np.std(v, ddof=1) for c, v in loss.items() if c not in ("4,2,1,1|rope", s.index[0])]
     assert float(note.group(4)) == pytest.approx(np.median(others), rel=0.01)
+
+
+def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
+    """The committed pages' findings blocks are what results/quote_findings.py makes from the
+    committed report.md files: a report rebuilt without its pages refreshed fails here."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("quote_findings", ROOT / "results" / "quote_findings.py")
+    quote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quote)
+    assert quote.main(["--check"]) == 0
+    for page, folders in quote.PAGES.items():
+        text = (ROOT / "results" / page / "README.md").read_text(encoding="utf-8")
+        block = text.split(quote.BEGIN, 1)[1].split(quote.END, 1)[0]
+        for folder in folders:
+            said = quote.key_sentences((ROOT / "results" / folder / "report.md").read_text(encoding="utf-8"))
+            assert said and all(s in block for s in said)
+            assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
