@@ -92,8 +92,8 @@ def test_noise_is_called_well_below_the_seeds_only_when_it_is():
 
     quiet = eval_noise(_rows(shared=0.01, own=0.001, seed_sd=0.05), n_boot=1000)
     loud = eval_noise(_rows(shared=1.0, own=0.5, seed_sd=0.01), n_boot=1000)
-    assert "well below the seeds'" in noise_sentence(quiet) and "not well" not in noise_sentence(quiet)
-    assert "not well below the seeds': score more held-out tokens (--eval-tokens)" in noise_sentence(loud)
+    assert "of the seeds', well below them." in noise_sentence(quiet) and "not well" not in noise_sentence(quiet)
+    assert "not well below them: score more held-out tokens (--eval-tokens)" in noise_sentence(loud)
     assert json.dumps(quiet)  # plain numbers
 
 

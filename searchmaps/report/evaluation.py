@@ -73,8 +73,8 @@ def noise_sentence(found: dict | None) -> str | None:
     share = f["diff_share"] if np.isfinite(f["diff_share"]) else f["row_share"]
     if not np.isfinite(share):
         return text + "."
-    verdict = ("well below the seeds'" if share < WELL_BELOW else
-               "not well below the seeds': score more held-out tokens (--eval-tokens)")
+    verdict = ("well below them" if share < WELL_BELOW else
+               "not well below them: score more held-out tokens (--eval-tokens)")
     return text + f": the evaluation's variance is {100 * share:.0f} % of the seeds', {verdict}."
 
 
