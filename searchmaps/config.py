@@ -30,7 +30,7 @@ Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]
 Init = Literal["scaled", "normal"]
-EvalProtocol = Literal["windows", "ilr", "spread"]
+EvalProtocol = Literal["windows", "ilr", "spread", "stratified"]
 TrainSampling = Literal["windows", "epoch"]
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
@@ -159,7 +159,7 @@ class TrainConfig:
     decay_gains: bool = False  # weight decay on every parameter, RMSNorm gains included (ILR); False: gains exempt
     micro_batch: int = 0  # sequences per forward/backward, gradients accumulated over the step's batch; 0: all
     eval_protocol: EvalProtocol = "windows"  # windows: the split's first windows; ilr: first seq_len of 4,096-token
-    # chunks; spread: windows spread evenly over the whole split
+    # chunks; spread: windows spread evenly over the whole split; stratified: windows in every held-out document
     # per-token convergence exit (searchmaps.train.exit), an evaluation of the trained weights at each
     # recorded rung: the KL thresholds tried (empty: no exit evaluation) and the loss tolerance that picks one
     exit_eps: tuple[float, ...] = ()

@@ -397,3 +397,76 @@ def test_spread_windows_cover_the_whole_held_out_split_and_are_the_same_for_ever
     for (a, b), (c, d) in zip(validation_batches(corpus, base), validation_batches(corpus, other)):
         assert torch.equal(a, c) and torch.equal(b, d)
     assert torch.equal(torch.cat([b[0] for b in validation_batches(corpus, base)]), x)
+
+
+def test_stratified_windows_reach_every_held_out_document_and_are_the_same_for_every_map_and_seed():
+    """--eval-protocol stratified: one window in every held-out document (where there are at
+    least as many windows as documents), the rest in proportion to length; with fewer windows,
+    documents evenly spaced; identical for every map and seed."""
+    import dataclasses
+
+    from searchmaps.config import ModelConfig, ReuseMap, TrainConfig, TrialSpec
+    from searchmaps.data import Corpus, stratified_val_batches
+    from searchmaps.data.documents import stratified_starts
+    from searchmaps.train.step import validation_batches
+
+    lengths = [5000, 40, 300, 2000, 33, 900, 12000, 70]  # documents of id = their number; some shorter than a window
+    val = np.concatenate([np.full(n, i, np.uint16) for i, n in enumerate(lengths)])
+    starts = np.concatenate([[0], np.cumsum(lengths[:-1])])
+    corpus = Corpus("docs", np.zeros(5000, np.uint16), val, 256, "bin", "0" * 12, starts)
+    x = torch.cat([b[0] for b in stratified_val_batches(corpus, 4, 32, 20 * 32)])
+    assert x.shape == (20, 32)
+    assert {int(w[0]) for w in x} == set(range(len(lengths)))  # every document has a window starting in it
+    per_doc = np.bincount([int(w[0]) for w in x], minlength=len(lengths))
+    assert per_doc[6] > per_doc[0] > per_doc[3] >= 1 and per_doc[1] == per_doc[4] == 1  # in proportion beyond one
+    # fewer windows than documents: one in each of that many, evenly spaced in corpus order
+    few = torch.cat([b[0] for b in stratified_val_batches(corpus, 4, 32, 4 * 32)])
+    assert [int(w[0]) for w in few] == [0, 2, 5, 7]
+    # the starts are a function of the split and the settings; a corpus without documents is one document
+    assert np.array_equal(stratified_starts(len(val), starts, 32, 20), stratified_starts(len(val), starts, 32, 20))
+    one = stratified_starts(len(val), None, 32, 5)
+    assert one[0] > 0 and one[-1] <= len(val) - 33 and np.all(np.diff(one) > 0)
+    base = TrialSpec(model=ModelConfig(vocab_size=256, seq_len=32, reuse=ReuseMap.parse("1,1,1,1", 4)),
+                     train=TrainConfig(eval_protocol="stratified", eval_tokens=640, batch_size=4), seed=0)
+    other = dataclasses.replace(base, seed=3, model=dataclasses.replace(base.model, reuse=ReuseMap.parse("4,2,1,1", 4)))
+    for (a, b), (c, d) in zip(validation_batches(corpus, base), validation_batches(corpus, other)):
+        assert torch.equal(a, c) and torch.equal(b, d)
+    assert torch.equal(torch.cat([b[0] for b in validation_batches(corpus, base)]), x)
+
+
+def test_a_folder_corpus_knows_where_its_held_out_documents_start_in_bytes_and_in_bpe_tokens(tmp_path):
+    """The document starts come from the build (each one right after the blank line that joins
+    documents), stay outside the fingerprint, and map onto BPE token boundaries."""
+    from searchmaps.data import SEPARATOR, is_val, stratified_val_batches
+
+    rng = np.random.default_rng(0)
+    words = ["alpha", "beta", "gamma", "delta", "loop", "map", "layer", "reuse", "token"]
+    for i in range(120):
+        (tmp_path / f"doc{i:03d}.txt").write_text(" ".join(rng.choice(words, 60 + 7 * (i % 13))) + f" end{i}\n")
+    held = sorted(f"doc{i:03d}.txt" for i in range(120) if is_val(f"doc{i:03d}.txt"))
+    c = load_corpus(str(tmp_path), cache_dir=tmp_path / "cache")
+    assert len(c.val_docs) == len(held) >= 3 and c.val_docs[0] == 0
+    for s, name in zip(c.val_docs, held):
+        text = (tmp_path / name).read_bytes()
+        assert bytes(c.val[s:s + len(text)]) == text and (s == 0 or bytes(c.val[s - 2:s]) == SEPARATOR)
+    b = load_corpus(str(tmp_path), cache_dir=tmp_path / "cache", tokenizer="bpe:300")
+    assert len(b.val_docs) == len(held)
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(next((tmp_path / "cache").glob("bpe300-*")) / "tokenizer.json"))
+    for s, name in zip(b.val_docs, held):
+        assert tok.decode(b.val[s:s + 3].tolist()).startswith((tmp_path / name).read_text()[:3])
+    n = len(held)
+    x = torch.cat([p[0] for p in stratified_val_batches(b, 4, 8, 8 * n)])
+    per = np.searchsorted(b.val_docs, [int(i) for i in _window_starts(b, x)], side="right") - 1
+    assert set(per) == set(range(n))
+
+
+def _window_starts(corpus, x):
+    """Where each window of ``x`` starts in ``corpus.val`` (its first match)."""
+    val = torch.from_numpy(corpus.val.astype(np.int64))
+    out = []
+    for w in x:
+        hits = (val.unfold(0, len(w), 1) == w).all(dim=1).nonzero()
+        out.append(int(hits[0]))
+    return out

@@ -10,20 +10,20 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["encodings", "maps", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.sources",
+ORDER = ["encodings", "maps", "config", "presets", "device", "flops", "faults", "model", "bpe", "english", "data.corpus", "data.cache", "data.documents", "data.sources",
          "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results.record", "results.file", "results", "objectives",
          "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
          "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
          "stats.topgroup.noise", "stats.topgroup", "stats.racing", "stats.analysis", "stats.bootstrap", "stats.ranks",
-         "stats.scaling", "stats.gaps", "stats.proxy", "stats.compute", "stats",
+         "stats.scaling", "stats.gaps", "stats.proxy", "stats.compute", "stats.evalnoise", "stats",
          "train", "train.step", "train.exit", "train.records", "train.ladder", "train.packed", "supernet.method",
          "supernet.distill",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "scheduler", "storage", "ledger",
          "samplers", "plan", "audit",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences", "report.protocol",
          "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.horizons", "report.compute",
-         "report.tuning", "report.exit", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune",
+         "report.tuning", "report.exit", "report.supernet", "report.evaluation", "report.write", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune",
          "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
          "cli.supernet", "train.__main__", "report.__main__", "data.__main__", "run", "supernet.__main__"]
 # the command layer: the cli package (flags, exit codes, one module per command) and the shims

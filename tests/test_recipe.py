@@ -303,3 +303,18 @@ def test_the_report_names_ilrs_choices_where_the_rows_made_them():
             "4,096-token sequence;") in text
     plain = recipe_sentence([TrialSpec().to_dict()], ok)  # the defaults go unsaid, as before the options existed
     assert "norm gains" not in plain and "initialisation" not in plain and "per forward pass" not in plain
+
+
+def test_ilr_evaluation_scores_every_held_out_row_up_to_ilr_count():
+    """ILR's rule with --eval-tokens asking for all of them: as many 4,096-token rows as the split
+    holds (each its first seq_len tokens), and never more than ILR's own count."""
+    from searchmaps.data.batches import ILR_EVAL_ROWS
+
+    few = _corpus(37 * 4096 + 5)
+    rows = sum(len(x) for x, _ in ilr_val_batches(few, 64, 8, max_tokens=10 ** 9))
+    assert rows == 37
+    many = Corpus("many", few.train, np.zeros((ILR_EVAL_ROWS + 3) * 4096, np.uint16), 256, "bin", "0" * 12)
+    batches = ilr_val_batches(many, 512, 4, max_tokens=10 ** 9)
+    assert sum(len(x) for x, _ in batches) == ILR_EVAL_ROWS
+    assert sum(y.numel() for _, y in batches) == ILR_EVAL_ROWS * 3  # seq_len - 1 targets a row
+    assert sum(len(x) for x, _ in ilr_val_batches(many, 512, 4, max_tokens=40)) == 10  # fewer asked: fewer

@@ -123,8 +123,8 @@ def test_report_sentences_match_the_numbers_under_hsd(realistic, tmp_path):
     rep = write_report(folder, rule="hsd")
     top, allowance = independent_hsd(realistic_results())
     text = result_text(rep.path.read_text(encoding="utf-8"))
-    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within the ([\d.]+) nats "
-                  r"allowance of the hsd rule\); (.+?) (?:is|are) significantly worse", text)
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best of [\d.]+(?: to [\d.]+)? nats, "
+                  r"within the hsd rule's allowance of ([\d.]+) nats\); (.+?) (?:is|are) significantly worse", text)
     assert m, text
     best = re.search(r"`([^`]+)` is best", text).group(1)
     assert set(re.findall(r"`([^`]+)`", m.group(1))) | {best} == top
@@ -137,9 +137,10 @@ def test_report_sentences_match_the_numbers_under_the_default_rule(realistic):
     their range, from summary.csv, and the top group is the rule's on the same matrix."""
     folder, rep = realistic
     text = result_text(rep.path.read_text(encoding="utf-8"))
-    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best within their own allowances of "
-                  r"the moderated rule, ([\d.]+) to ([\d.]+) nats\); (.+?) (?:is|are) significantly worse "
-                  r"\(gaps beyond their own allowances of the moderated rule, ([\d.]+) to ([\d.]+) nats\)", text)
+    m = re.search(r"\)\. (.+?) (?:is|are) not significantly worse \(gaps to the best of [\d.]+ to [\d.]+ nats, each "
+                  r"within its own allowance under the moderated rule: allowances ([\d.]+) to ([\d.]+) nats\); (.+?) "
+                  r"(?:is|are) significantly worse \(gaps of [\d.]+ to [\d.]+ nats, each beyond its own allowance "
+                  r"under the moderated rule: allowances ([\d.]+) to ([\d.]+) nats\)", text)
     assert m, text
     s = rep.summary.set_index("candidate")
     best = re.search(r"`([^`]+)` is best", text).group(1)

@@ -97,7 +97,8 @@ def add_proxy_args(g, search: bool) -> None:
     g.add_argument("--eval-protocol", default=None,
                    help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows "
                         f"from the split's start; spread: --eval-tokens worth of windows spread evenly over the whole "
-                        f"held-out split (every document in proportion to its length); ilr: the first --seq-len tokens "
+                        f"held-out split (every document in proportion to its length); stratified: the same number "
+                        f"stratified by held-out document (one window in each, the rest in proportion); ilr: the first --seq-len tokens "
                         f"of each 4,096-token held-out sequence")
     if not search:  # searchmaps.run's --sampling is the supernet group's, which takes these values too
         g.add_argument("--sampling", default=None, metavar="|".join(TRAIN_SAMPLINGS), help=SAMPLING_HELP)

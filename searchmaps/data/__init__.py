@@ -4,7 +4,8 @@ module each: :mod:`~searchmaps.data.sources` (``--data``: stdlib, english, text,
 bpe:N`` and :func:`load_corpus`), :mod:`~searchmaps.data.batches`; what a corpus
 holds is :mod:`~searchmaps.data.command`, the ``searchmaps-data`` command :mod:`searchmaps.cli.data`. The names are re-exported here."""
 
-from .batches import BatchStream, EpochStream, check_fits, ilr_val_batches, spread_val_batches, train_batches, val_batches
+from .batches import (BatchStream, EpochStream, check_fits, ilr_val_batches, spread_val_batches,
+                      stratified_val_batches, train_batches, val_batches)
 from .cache import CACHE_FORMAT, cache_root
 from .command import inspect
 from .corpus import Corpus, DataError
@@ -14,4 +15,4 @@ from .stage import bpe_corpus_dir, load_corpus, parse_tokenizer
 
 __all__ = ["BatchStream", "CACHE_FORMAT", "EpochStream", "Corpus", "DataError", "SEPARATOR", "STDLIB_CAP_BYTES", "VAL_PERCENT",
            "bpe_corpus_dir", "cache_root", "check_fits", "english_meta", "ilr_val_batches", "inspect", "is_val",
-           "load_corpus", "load_source", "parse_tokenizer", "spread_val_batches", "train_batches", "val_batches"]
+           "load_corpus", "load_source", "parse_tokenizer", "spread_val_batches", "stratified_val_batches", "train_batches", "val_batches"]

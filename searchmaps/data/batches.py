@@ -147,13 +147,38 @@ def spread_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens
     return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
 
 
+def stratified_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int
+                           ) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """``--eval-protocol stratified``: ``min(max_tokens, available) // seq_len`` windows of
+    ``seq_len`` targets stratified by held-out document (``corpus.val_docs``,
+    :func:`~searchmaps.data.documents.stratified_starts`): one in every document when there
+    are at least as many windows as documents, the rest in proportion to each document's
+    length; fewer windows than documents: one in each of that many documents evenly spaced.
+    A corpus that does not record its documents (a single file, a ``.bin``) is one document:
+    the windows are spread over it as ``spread`` spreads them. The same windows for every map
+    and seed."""
+    from .documents import stratified_starts
+
+    check_fits(corpus, batch_size, seq_len, max_tokens)
+    n = min(max_tokens // seq_len, (len(corpus.val) - 1) // seq_len)
+    starts = stratified_starts(len(corpus.val), corpus.val_docs, seq_len, n)
+    windows = corpus.val[starts[:, None] + np.arange(seq_len + 1)]
+    return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
+
+
+ILR_EVAL_ROWS = 6_055
+"""The held-out sequences ILR scores: its ≈ 6.2 M held-out tokens (BRIEF: the first 1,024 tokens
+of each 4,096-token sequence) over 1,024 a row; :func:`ilr_val_batches` scores at most this many."""
+
+
 def ilr_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: int, chunk: int = 4096
                     ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """ILR's evaluation (``--eval-protocol ilr``): the validation split cut into consecutive
     ``chunk``-token sequences (a last partial one dropped), of which the first ``seq_len``
     tokens are read and scored as one causal window (next-token loss inside it: ``seq_len - 1``
     targets, as a Hugging Face model given ``labels=input_ids``), the rest of each sequence
-    unread. ``min(max_tokens // seq_len, sequences in the split)`` sequences, ``batch_size``
+    unread. ``min(max_tokens // seq_len, sequences in the split, ILR_EVAL_ROWS)`` sequences: as
+    many as the corpus holds up to ILR's count, when ``--eval-tokens`` asks for them all. ``batch_size``
     per batch (the last may be smaller). Reads ``chunk / seq_len`` times the split
     :func:`val_batches` reads for the same number of scored tokens; its forward passes cost the same."""
     for flag, v in (("--batch-size", batch_size), ("--seq-len", seq_len), ("--eval-tokens", max_tokens)):
@@ -167,7 +192,7 @@ def ilr_val_batches(corpus: Corpus, batch_size: int, seq_len: int, max_tokens: i
                         f"needs at least one {chunk:,}-token sequence; use more data or --eval-protocol windows")
     if max_tokens < seq_len:
         raise DataError(f"--eval-tokens {max_tokens} is less than one sequence's first --seq-len {seq_len} tokens")
-    n = min(max_tokens // seq_len, len(corpus.val) // chunk)
+    n = min(max_tokens // seq_len, len(corpus.val) // chunk, ILR_EVAL_ROWS)
     windows = corpus.val[np.arange(n)[:, None] * chunk + np.arange(seq_len)]
     return [_pair(windows[i:i + batch_size]) for i in range(0, n, batch_size)]
 

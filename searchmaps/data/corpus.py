@@ -20,10 +20,13 @@ class Corpus:
     vocab_size: int
     tokenizer: str  # "bytes" or "bin"
     fingerprint: str  # 12 hex digits over train+val contents and vocab
+    # where each held-out document starts in ``val`` (token offsets, ascending, the first 0);
+    # None where the source does not say (a single file, a .bin). Not in the fingerprint.
+    val_docs: np.ndarray | None = field(default=None, repr=False)
 
 
 def make_corpus(name: str, train: np.ndarray, val: np.ndarray, vocab: int, tokenizer: str,
-          check_ids: bool = False, salt: str = "") -> Corpus:
+          check_ids: bool = False, salt: str = "", val_docs: np.ndarray | None = None) -> Corpus:
     if check_ids:
         top = max(int(train.max()), int(val.max()))
         if top >= vocab:
@@ -32,4 +35,4 @@ def make_corpus(name: str, train: np.ndarray, val: np.ndarray, vocab: int, token
     h = hashlib.sha256(f"{salt}{tokenizer}:{vocab}:{train.dtype.str}:{len(train)}:".encode())
     h.update(memoryview(np.ascontiguousarray(train)).cast("B"))
     h.update(memoryview(np.ascontiguousarray(val)).cast("B"))
-    return Corpus(name, train, val, vocab, tokenizer, h.hexdigest()[:12])
+    return Corpus(name, train, val, vocab, tokenizer, h.hexdigest()[:12], val_docs)

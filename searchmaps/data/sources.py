@@ -41,6 +41,7 @@ import numpy as np
 from .cache import (CACHE_FORMAT, DamagedCache, atomic_write, cache_root, damage, is_sealed, record_damage, seal,
                     sha256_bytes, unsealed, warn_rebuild)
 from .corpus import Corpus, DataError, make_corpus
+from .documents import read_sidecar, starts_of, write_sidecar
 
 VAL_PERCENT = 5
 STDLIB_CAP_BYTES = 32 * 2**20
@@ -58,11 +59,11 @@ def load_source(data: str = "stdlib", vocab_size: int | None = None,
                                    or vocab_size <= 0):
         raise DataError(f"--vocab-size must be a positive integer, got {vocab_size!r}")
     if data == "stdlib":
-        train, val = stdlib_tokens(cache_dir)
-        return make_corpus("stdlib", train, val, _byte_vocab(vocab_size), "bytes")
+        train, val, docs = stdlib_tokens(cache_dir, with_docs=True)
+        return make_corpus("stdlib", train, val, _byte_vocab(vocab_size), "bytes", val_docs=docs)
     if english_limit(data) is not False:
-        train, val, meta = english_tokens(data, cache_dir)
-        return make_corpus(data, train, val, _byte_vocab(vocab_size), "bytes", salt=meta["salt"])
+        train, val, meta, docs = english_tokens(data, cache_dir, with_docs=True)
+        return make_corpus(data, train, val, _byte_vocab(vocab_size), "bytes", salt=meta["salt"], val_docs=docs)
     path = Path(data).expanduser()
     if not path.exists():
         raise DataError(f"--data {data}: no such file or folder (or use --data stdlib)")
@@ -172,6 +173,15 @@ def split_docs(docs: list[tuple[str, bytes]], data: str) -> tuple[np.ndarray, np
             np.frombuffer(SEPARATOR.join(val), dtype=np.uint8))
 
 
+def val_starts(docs: list[tuple[str, bytes]], n_val: int) -> np.ndarray | None:
+    """Where each held-out document of :func:`split_docs` starts in its validation split; None
+    when the split fell back to the tail (too few documents)."""
+    val = [len(b) for rel, b in docs if is_val(rel)]
+    if not val or sum(val) + (len(val) - 1) * len(SEPARATOR) != n_val:
+        return None
+    return starts_of(val)
+
+
 def _check_sealed_folder(path: Path, data: str) -> None:
     """A folder whose ``meta.json`` is sealed (a BPE folder, cached or prepared) must hold the
     files that were built: :class:`DamagedCache` (one line naming the file) when one changed,
@@ -207,7 +217,8 @@ def _load_folder(path: Path, vocab_size: int | None, data: str, tokenizer: str |
         raise DataError(f"--data {data}: the folder has no .txt/.md files and no train.bin + val.bin")
     docs = [(rel, _read_text(path / rel, data)) for rel in texts]
     train, val = split_docs([d for d in docs if d[1]], data)
-    return make_corpus(str(path), train, val, _byte_vocab(vocab_size), "bytes")
+    return make_corpus(str(path), train, val, _byte_vocab(vocab_size), "bytes",
+                       val_docs=val_starts([d for d in docs if d[1]], len(val)))
 
 
 def _stdlib_docs() -> list[tuple[str, Path | bytes]]:
@@ -225,7 +236,10 @@ def _stdlib_docs() -> list[tuple[str, Path | bytes]]:
     return [("pydoc_data/topics.txt", prose)] + [r for r in rels if r[0] != "pydoc_data/topics.py"]
 
 
-def stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
+def stdlib_tokens(cache_dir: str | os.PathLike | None, with_docs: bool = False):
+    """The stdlib corpus's (train, val) bytes, and with ``with_docs`` the held-out documents'
+    starts (:mod:`~searchmaps.data.documents`: from the entry's sidecar, else worked out from
+    the files again and the sidecar written)."""
     docs = _stdlib_docs()
     key = hashlib.sha256(f"{CACHE_FORMAT}:{STDLIB_CAP_BYTES}:{sys.version}".encode())
     for rel, src in docs:
@@ -235,7 +249,10 @@ def stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.n
     cache = cache_root(cache_dir)
     bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
     if cached := _cached_bytes(bin_path, meta_path):
-        return cached[0], cached[1]
+        if not with_docs:
+            return cached[0], cached[1]
+        if (starts := read_sidecar(meta_path, len(cached[1]))) is not None:
+            return cached[0], cached[1], starts
 
     train, val, total = [], [], 0
     for rel, src in docs:
@@ -249,15 +266,21 @@ def stdlib_tokens(cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.n
         total += len(raw)
         (val if is_val(rel) else train).append(raw)
     train_b, val_b = SEPARATOR.join(train), SEPARATOR.join(val)
+    starts = starts_of([len(b) for b in val])
+    if cached:  # only the sidecar was missing: the entry stays as it is
+        write_sidecar(meta_path, starts)
+        return cached[0], cached[1], starts
     try:
         cache.mkdir(parents=True, exist_ok=True)
         blob = train_b + val_b
         atomic_write(bin_path, blob)
+        write_sidecar(meta_path, starts)
         meta = seal({"n_train": len(train_b), "n_val": len(val_b)}, {bin_path.name: sha256_bytes(blob)})
         atomic_write(meta_path, json.dumps(meta).encode())
     except OSError:
         pass  # an unwritable cache only costs a rebuild next time
-    return np.frombuffer(train_b, dtype=np.uint8), np.frombuffer(val_b, dtype=np.uint8)
+    out = np.frombuffer(train_b, dtype=np.uint8), np.frombuffer(val_b, dtype=np.uint8)
+    return (*out, starts) if with_docs else out
 
 
 def _cached_bytes(bin_path: Path, meta_path: Path) -> tuple[np.ndarray, np.ndarray, dict] | None:
@@ -307,9 +330,11 @@ def english_meta(data: str = "english", cache_dir: str | os.PathLike | None = No
     return dict(english_tokens(data, cache_dir)[2])
 
 
-def english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray, dict]:
+def english_tokens(data: str, cache_dir: str | os.PathLike | None, with_docs: bool = False):
     """The English corpus (or slice) split by document, from the cache or built there; its
-    meta (per-package documents and bytes, the package versions, the fingerprint's salt)."""
+    meta (per-package documents and bytes, the package versions, the fingerprint's salt);
+    with ``with_docs`` also the held-out documents' starts (the sidecar, else the documents
+    read again, about 12 s for the whole corpus, and the sidecar written)."""
     from .. import english
 
     limit, base = english_limit(data), english.root()
@@ -327,13 +352,22 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.n
     cache = cache_root(cache_dir)
     bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
     if cached := _cached_bytes(bin_path, meta_path):
-        return cached
+        if not with_docs:
+            return cached
+        if (starts := read_sidecar(meta_path, len(cached[1]))) is not None:
+            return (*cached, starts)
 
     import time
 
     t0 = time.perf_counter()
     docs, per_package = english.documents(limit, base)
+    if cached:  # only the sidecar was missing: the entry stays as it is
+        starts = val_starts(docs, len(cached[1]))
+        if starts is not None:
+            write_sidecar(meta_path, starts)
+        return (*cached, starts)
     train, val = split_docs(docs, data)
+    starts = val_starts(docs, len(val))
     meta = {"n_train": len(train), "n_val": len(val), "documents": len(docs),
             "val_documents": sum(is_val(name) for name, _ in docs), "packages": per_package,
             "versions": versions, "recipe": english.RECIPE, "limit": limit, "salt": salt,
@@ -342,10 +376,12 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None) -> tuple[np.n
         cache.mkdir(parents=True, exist_ok=True)
         blob = train.tobytes() + val.tobytes()
         atomic_write(bin_path, blob)
+        if starts is not None:
+            write_sidecar(meta_path, starts)
         atomic_write(meta_path, json.dumps(seal(meta, {bin_path.name: sha256_bytes(blob)}), indent=1).encode())
     except OSError:
         pass  # an unwritable cache only costs a rebuild next time
-    return train, val, meta
+    return (train, val, meta, starts) if with_docs else (train, val, meta)
 
 
 def count_docs(data: str) -> int | None:

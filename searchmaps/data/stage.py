@@ -42,12 +42,28 @@ def load_corpus(data: str = "stdlib", vocab_size: int | None = None,
     if kind == "bpe" and not is_bin(data):
         out = bpe_corpus_dir(data, n, cache_dir)
         try:  # the load checks each file's sha256 against meta.json
-            return load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
+            corpus = load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
         except DamagedCache as exc:  # changed since it was built; its source is here to rebuild it
             warn_rebuild(exc.problem)
-            return load_source(str(bpe_corpus_dir(data, n, cache_dir, rebuild=True)), cache_dir=cache_dir,
-                               tokenizer=tokenizer)
+            out = bpe_corpus_dir(data, n, cache_dir, rebuild=True)
+            corpus = load_source(str(out), cache_dir=cache_dir, tokenizer=tokenizer)
+        return _with_token_docs(corpus, out, data, cache_dir)
     return load_source(data, vocab_size, cache_dir, tokenizer)
+
+
+def _with_token_docs(corpus: Corpus, folder: Path, data: str, cache_dir) -> Corpus:
+    """``corpus`` (``data`` encoded by the BPE in ``folder``) with its held-out documents'
+    token starts, mapped from the byte corpus's (:func:`~searchmaps.data.documents.token_starts`)."""
+    from dataclasses import replace
+
+    from .documents import token_bytes, token_starts
+
+    source = load_source(data, cache_dir=cache_dir)
+    if source.val_docs is None:
+        return corpus
+    lengths = token_bytes((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    starts = token_starts(source.val_docs, corpus.val, lengths)
+    return corpus if starts is None else replace(corpus, val_docs=starts)
 
 
 def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = None,

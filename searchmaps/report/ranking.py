@@ -73,7 +73,7 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: st
     several = ok["candidate"].nunique() > 1
     detail = res.rule_detail
     said = result_sentences(summary, res.best, res.reference, alpha, first_errors(runs), res.family_size,
-                            detail)
+                            detail, ok.groupby("candidate")[METRIC].std(ddof=1).to_dict())
     noise = noise_sentence(stats.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
     said += [s for s in (noise, readmitted) if s]

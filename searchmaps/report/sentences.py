@@ -81,27 +81,78 @@ def _verb(n: int, one: str, many: str) -> str:
 # --------------------------------------------------------------------------- the result
 
 
+def _amount(values, unit: str) -> str:
+    """A value or a range in ``unit`` ("nats" after the number, "in mean rank" likewise)."""
+    return f"{span(values)} {unit}"
+
+
 def _rule_reason(rule: TopGroup, top: bool, cands=()) -> str:
-    """Why candidates are in or out under a rule with allowances: their gaps against the
-    allowance (one for a pooled rule; each pair's own for a per-pair rule, given as a range)."""
+    """Why candidates are in or out under a rule with allowances: their gaps to the best, then
+    the allowance they were held to (one for a pooled rule; each pair's own for a per-pair rule,
+    given as a range), each named as what it is."""
     name, bound = rule.rule, rule.bound
     unit = "in mean rank" if rule.unit == "mean rank" else "nats"
+    gaps = [rule.gap[c] for c in cands if np.isfinite(rule.gap.get(c, np.nan))]
     own = [rule.allowance[c] for c in cands if np.isfinite(rule.allowance.get(c, np.nan))]
+    lead = (f"gaps to the best of {_amount(gaps, unit)}" if top else f"gaps of {_amount(gaps, unit)}") if gaps else \
+        ("gaps to the best" if top else "gaps")
     if rule.per_pair and own:
-        what = f"{span(own)} {unit}"
-        return (f"gaps to the best within their own allowances of the {name} rule, {what}" if top else
-                f"gaps beyond their own allowances of the {name} rule, {what}")
-    return (f"gaps to the best within the {bound:.3g} {unit} allowance of the {name} rule" if top else
-            f"gaps beyond the {name} rule's {bound:.3g} {unit} allowance")
+        which = "within" if top else "beyond"
+        label = "allowance" if len(own) == 1 else "allowances"
+        return f"{lead}, each {which} its own allowance under the {name} rule: {label} {_amount(own, unit)}"
+    return (f"{lead}, within the {name} rule's allowance of {bound:.3g} {unit}" if top else
+            f"{lead}, beyond the {name} rule's allowance of {bound:.3g} {unit}")
+
+
+WIDE_ALLOWANCE = 2.5  # an allowance this many times the median of a study's is explained
+
+
+def allowance_note(rule: TopGroup | None, seed_sd: dict | None, n_pairs: dict | None = None) -> str | None:
+    """Why some maps' allowances (a per-pair rule's) are much larger than the others': each is
+    set by the pair's own noise, so a map whose validation loss varies more over seeds
+    (``seed_sd``: candidate -> sd over seeds, nats) gets a wider one; or it shares fewer seeds
+    with the best (``n_pairs``). None when no allowance is :data:`WIDE_ALLOWANCE` x the median."""
+    if rule is None or not rule.per_pair or not np.isfinite(rule.bound):
+        return None
+    own = {c: a for c, a in rule.allowance.items() if np.isfinite(a) and c != rule.best}
+    if len(own) < 3:
+        return None
+    med = float(np.median(list(own.values())))
+    wide = sorted((c for c, a in own.items() if a >= WIDE_ALLOWANCE * med), key=lambda c: -own[c])
+    if not wide or med <= 0:
+        return None
+    unit = "in mean rank" if rule.unit == "mean rank" else "nats"
+    times = (" and ".join(f"{own[c] / med:.1f}×" for c in wide) if len(wide) <= 3
+             else f"{own[wide[-1]] / med:.1f}× to {own[wide[0]] / med:.1f}×")
+    names = _names(wide, 3)
+    head = (f"{names} {_verb(len(wide), 'has an allowance', 'have allowances')} {times} the median "
+            f"({med:.3g} {unit}): each pair's allowance grows with its own noise")
+    sd = seed_sd or {}
+    rest = [sd[c] for c in own if c not in wide and np.isfinite(sd.get(c, np.nan))]
+    if rest and all(np.isfinite(sd.get(c, np.nan)) for c in wide):
+        typical = float(np.median(rest))
+        if all(sd[c] >= 1.5 * typical for c in wide):
+            sds = (" and ".join(f"{sd[c]:.3g}" for c in wide) if len(wide) <= 3
+                   else f"{min(sd[c] for c in wide):.3g} to {max(sd[c] for c in wide):.3g}")
+            return (f"{head}, and {_verb(len(wide), 'its', 'their')} validation loss varies more over seeds (sd "
+                    f"{sds} nats against a median of {typical:.3g} for the other maps).")
+    if n_pairs:
+        few = [c for c in wide if n_pairs.get(c, np.inf) < np.median([n_pairs.get(c, np.inf) for c in own])]
+        if len(few) == len(wide):
+            return f"{head}, and {_verb(len(wide), 'it shares', 'they share')} fewer seeds with the best."
+    return (f"{head}: {_verb(len(wide), 'its differences', 'their differences')} with the best vary more over "
+            f"seeds than the other maps' do.")
 
 
 def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, alpha: float,
                      errors: dict[str, str] | None = None, family_size: int | None = None,
-                     rule: TopGroup | None = None) -> list[str]:
+                     rule: TopGroup | None = None, seed_sd: dict | None = None) -> list[str]:
     """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
     table (best first). ``rule`` (the top-group rule's answer,
     :func:`searchmaps.stats.topgroup.rule_detail`): when it decides by allowances, the sentences
-    give them instead of the all-pairs p-values."""
+    give them instead of the all-pairs p-values, and :func:`allowance_note` where some
+    allowances are much wider than the others (``seed_sd``: candidate -> sd of its validation
+    loss over seeds, nats)."""
     errors = errors or {}
     ok = summary[summary["n_seeds"] > 0].set_index("candidate")
     b = ok.loc[best]
@@ -129,6 +180,10 @@ def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, al
             out.append(f"{_names(list(top.index))} {_verb(len(top), 'is', 'are')} not significantly worse "
                        f"({why_top}); {_names(list(worse.index), 3)} "
                        f"{_verb(len(worse), 'is', 'are')} significantly worse ({why_out}).")
+        if pooled and family_size != 0:
+            note = allowance_note(rule, seed_sd, rule.extra.get("n_pairs") if isinstance(rule.extra, dict) else None)
+            if note:
+                out.append(note)
     if family_size != 0:
             out += _reference_sentences(ok, best, reference, alpha)
     for cand, row in summary[summary["n_failed"] > 0].set_index("candidate").iterrows():

@@ -110,6 +110,10 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
             print(line)
         for line in compute_lines(ok, frame, plan.top_group_rule, plan.alpha):
             print(line)
+    from .evaluation import sentences as evaluation_sentences
+
+    for line in evaluation_sentences(getattr(plan, "study_dir", None), all_rows, ok):
+        print(line)
 
 
 def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:

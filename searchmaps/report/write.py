@@ -20,7 +20,7 @@ from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
 from . import compute as equal_compute
 from . import exit as exit_section
-from . import horizons, ranking, supernet, tuning
+from . import evaluation, horizons, ranking, supernet, tuning
 from . import planned as planned_section
 from .figures import separable, separated_front
 from .markdown import render_markdown
@@ -162,6 +162,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     if planning is not None:
         sections.append(Section(sentences=[planning["sentence"]]))
+    sections.append(evaluation.section(study_dir, records, ok))
     sections.append(ranking.failures(runs))
 
     for sec in sections:  # every file but the pages, each from the one section that makes it

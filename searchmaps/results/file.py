@@ -4,13 +4,17 @@ results folder: the first writer writes the header, a line torn by a killed writ
 before the next append, and a row is written only if its ``run_id`` is not in the file yet
 (the study storage is the source of truth; ``runs.csv`` is its copy, see
 :mod:`searchmaps.ledger` and :mod:`searchmaps.audit`). :func:`atomic_write_text` writes any
-other file whole or not at all."""
+other file whole or not at all. Each appended row's per-window validation losses
+(``RunRecord.eval_windows``) go to ``eval_windows.jsonl`` beside ``runs.csv``, one JSON line
+``{"run_id", "windows"}`` per row that has them (:func:`read_eval_windows`), so ``runs.csv``
+keeps its columns and size."""
 
 from __future__ import annotations
 
 import contextlib
 import csv
 import io
+import json
 import os
 import tempfile
 from collections.abc import Iterable
@@ -99,10 +103,22 @@ class RunsFile:
                     f.write(buf.getvalue())
                     f.flush()
                     os.fsync(f.fileno())
+                self._append_windows(new)
                 return len(new)
             finally:
                 if fcntl is not None:
                     fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+    def _append_windows(self, records: list[RunRecord]) -> None:
+        lines = [json.dumps({"run_id": r.run_id, "windows": [round(float(v), 5) for v in r.eval_windows]})
+                 for r in records if r.eval_windows]
+        if not lines:
+            return
+        path = self.path.with_name(EVAL_WINDOWS)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n".join(lines) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
 
     def _prepare(self) -> list[str] | None:
         """Under the lock: cut a torn last line, bring a file written before run ids to
@@ -129,6 +145,27 @@ class RunsFile:
         writer.writerows(rows)
         atomic_write_text(self.path, buf.getvalue())
         return new_header
+
+
+EVAL_WINDOWS = "eval_windows.jsonl"
+
+
+def read_eval_windows(folder) -> dict[str, list[float]]:
+    """``eval_windows.jsonl`` of a study folder: run_id -> its final validation's per-window losses
+    (empty when the file is absent; a torn or unreadable line is skipped)."""
+    path = Path(folder) / EVAL_WINDOWS
+    out = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return out
+    for line in text.splitlines():
+        try:
+            d = json.loads(line)
+            out[str(d["run_id"])] = [float(v) for v in d["windows"]]
+        except (ValueError, KeyError, TypeError):
+            continue
+    return out
 
 
 def atomic_write_text(path, text: str) -> None:

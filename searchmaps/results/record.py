@@ -118,6 +118,10 @@ class RunRecord:
     # above 1 the horizon repeats the split); 0 and NaN where not measured (rows from before they existed)
     train_split_tokens: int = 0
     epochs: float = _NAN
+    # the final validation's mean loss of each window, in the evaluation's window order (the same windows for
+    # every map and seed): what the evaluation's own noise is bootstrapped from. Not a runs.csv column:
+    # RunsFile writes it to eval_windows.jsonl beside it; () where not measured (packed seeds, older rows)
+    eval_windows: tuple = ()
     # the learning rate the row trained at (the config's train.lr, read once here; NaN where it has none)
     lr: float = field(init=False, repr=False, compare=False)
 
@@ -153,6 +157,7 @@ class RunRecord:
         d = {name: getattr(self, name) for name in _FIELD_NAMES}  # the fields the constructor takes
         d["status"], d["role"], d["kv_share"] = self.status.value, self.role.value, str(self.kv_share)
         d["curve"] = list(self.curve)
+        d["eval_windows"] = list(self.eval_windows)
         d["config"] = dict(self.config)
         return json.dumps(d, default=str)
 
@@ -160,6 +165,7 @@ class RunRecord:
     def from_json(cls, text: str) -> "RunRecord":
         d = json.loads(text)
         d["curve"] = tuple(d.get("curve") or ())
+        d["eval_windows"] = tuple(d.get("eval_windows") or ())
         return cls(**{k: v for k, v in d.items() if k in _FIELD_NAMES})
 
     def to_row(self) -> dict:

@@ -14,6 +14,7 @@
 - :mod:`~searchmaps.stats.proxy`: a proxy's (a supernet's) agreement with stand-alone
   training and its split-half ceiling.
 - :mod:`~searchmaps.stats.compute`: a ladder's maps read at equal training FLOPs.
+- :mod:`~searchmaps.stats.evalnoise`: the evaluation's own noise (a bootstrap over its windows).
 
 Every public name is re-exported here: ``from searchmaps.stats import analyze, race_step``.
 """
@@ -25,6 +26,7 @@ from .analysis import Analysis, analyze, pairwise_analysis
 from .bootstrap import (MIN_COVERAGE, N_BOOT, boot_indices, bootstrap_coverage, cube, few_seeds, interval,
                         interval_inf, once_per_input, shared_seeds, fit_slope, tau_rho, tau_rho_small)
 from .compute import budgets_of, equal_flops, largest_common_budget, loss_at_flops
+from .evalnoise import eval_noise
 from .detectable import detectable_difference, min_detectable_effect
 from .gaps import crossings, gap_trend, paired_gap_at_target
 from .paired import (FAMILY_WISE, METHODS, adjust_pvalues, all_pairs, best_candidate, check_reference,
@@ -45,7 +47,7 @@ __all__ = [
     "N_BOOT", "POOLED_RULE", "PUBLISHED_SD", "RULES", "Rule", "TopGroup", "adjust_pvalues", "agreement_shift",
     "agreement_with", "all_pairs", "analyze", "best_candidate", "boot_indices", "budgets_of", "bootstrap_coverage", "bounds_hit",
     "check_reference", "check_rule", "compare", "comparison_table", "crossings", "cube", "detectable_difference",
-    "detectable_effect", "equal_flops", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
+    "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
     "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "min_detectable_effect", "min_pvalue",
     "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "pairwise_analysis",
     "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "pvalue_matrix",

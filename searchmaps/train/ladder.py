@@ -135,8 +135,10 @@ class Training:
         """Validate after step ``step`` and add the point to ``history``; raises
         :class:`~searchmaps.train.step.Stop` when its loss is non-finite or diverged."""
         e0 = time.perf_counter()
+        windows: list[float] = []
         point = {"step": step, "tokens": step * self.per_step,
-                 "val_loss": evaluate(self.model, self.val, self.device, self.precision)}
+                 "val_loss": evaluate(self.model, self.val, self.device, self.precision, windows),
+                 "windows": windows}  # the record keeps the last point's as eval_windows, out of its curve
         history.eval_s += time.perf_counter() - e0
         history.curve.append(point)
         if self.bar is not None:

@@ -82,10 +82,12 @@ class RungRecords:
         points = [p for p in history.curve if p["step"] in evals and p["step"] <= steps_done]
         ok = status is Status.OK and points and points[-1]["step"] == lad.steps[rung]
         val_loss = points[-1]["val_loss"] if ok else float("nan")
+        windows = tuple(points[-1].get("windows", ())) if ok else ()
+        points = [{k: v for k, v in p.items() if k != "windows"} for p in points]
         rec = base.replace(
             status=status, error=reason, steps=steps_done, steps_planned=lad.steps[rung],
             tokens=steps_done * per_step, train_flops=float(steps_done * per_step * base.train_flops_per_token),
-            val_loss=val_loss, val_ppl=perplexity(val_loss),
+            val_loss=val_loss, val_ppl=perplexity(val_loss), eval_windows=windows,
             train_loss=sum(tail) / len(tail) if tail else float("nan"), curve=tuple(points),
             epochs=steps_done * per_step / base.train_split_tokens if base.train_split_tokens else float("nan"),
             wall_s=history.wall_s, cpu_s=history.cpu_s, eval_s=history.eval_s,  # cpu_s / wall_s: core usage

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from ..config import ILR_EVAL_CHUNK, TrialSpec
-from ..data import Corpus, ilr_val_batches, spread_val_batches, val_batches
+from ..data import Corpus, ilr_val_batches, spread_val_batches, stratified_val_batches, val_batches
 from ..model import LoopedLM
 from ..results import Status
 
@@ -189,16 +189,23 @@ def autocast(device: str, precision: str):
 
 
 @torch.no_grad()
-def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
-    """Mean validation cross-entropy (nats per token) over fixed batches."""
+def evaluate(model: LoopedLM, batches, device: str, precision: str, windows: list | None = None) -> float:
+    """Mean validation cross-entropy (nats per token) over fixed batches. ``windows`` (a list):
+    each window's own mean cross-entropy is appended to it, in batch order (from the logits in
+    fp32; the returned mean is the model's loss as before, bit for bit)."""
+    import torch.nn.functional as F
+
     model.eval()
     total, count = 0.0, 0
     for x, y in batches:
         x, y = x.to(device), y.to(device)
         with autocast(device, precision):
-            _, loss = model(x, y)
+            logits, loss = model(x, y)
         total += loss.item() * y.numel()
         count += y.numel()
+        if windows is not None:
+            per = F.cross_entropy(logits.float().flatten(0, -2), y.flatten(), reduction="none")
+            windows.extend(per.view(y.shape).mean(dim=1).tolist())
     model.train()
     return total / count
 
@@ -206,12 +213,15 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str) -> float:
 def validation_batches(corpus: Corpus, spec: TrialSpec) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation batches of ``spec``'s ``train.eval_protocol``, ``forward_batch``
     sequences each: ``windows`` (:func:`~searchmaps.data.val_batches`), ``spread``
-    (:func:`~searchmaps.data.spread_val_batches`) or ``ilr`` (:func:`~searchmaps.data.ilr_val_batches`)."""
+    (:func:`~searchmaps.data.spread_val_batches`), ``stratified``
+    (:func:`~searchmaps.data.stratified_val_batches`) or ``ilr`` (:func:`~searchmaps.data.ilr_val_batches`)."""
     t, seq_len = spec.train, spec.model.seq_len
     if t.eval_protocol == "ilr":
         return ilr_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens, ILR_EVAL_CHUNK)
     if t.eval_protocol == "spread":
         return spread_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
+    if t.eval_protocol == "stratified":
+        return stratified_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
     return val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
 
 

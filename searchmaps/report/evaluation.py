@@ -1,0 +1,97 @@
+"""What the rows were evaluated on, in one generated line a study page can quote
+(:func:`size_sentence`: the protocol, the held-out tokens asked and scored, the corpus), and
+the evaluation's own noise beside the seeds' (:func:`noise_sentence`, from the per-window
+losses a search writes to ``eval_windows.jsonl``; :func:`searchmaps.stats.eval_noise`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import stats
+from ..results import RunRecord, read_eval_windows
+from .section import Section
+
+WELL_BELOW = 0.1  # the evaluation's variance under this share of the seeds' reads as "well below"
+
+
+def _one(values: set):
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def size_sentence(records: list[RunRecord], ok: pd.DataFrame) -> str | None:
+    """One sentence: how the rows of ``ok`` were evaluated, from their ``config`` and
+    ``eval_tokens_scored`` (None without rows)."""
+    ids = set(ok["run_id"])
+    rows = [r for r in records if r.run_id in ids]
+    if not rows:
+        return None
+    proto = {str(r.config.get("train.eval_protocol") or "windows") for r in rows}
+    asked = {r.config.get("train.eval_tokens") for r in rows}
+    seq = {r.config.get("model.seq_len") for r in rows}
+    data = {str(r.config.get("data") or "stdlib") + (f" ({r.config['tokenizer']})" if r.config.get("tokenizer")
+                                                     else "") for r in rows}
+    scored = {int(r.eval_tokens_scored) for r in rows}
+    p, n, L, d = _one(proto), _one(asked), _one(seq), _one(data)
+    if asked == {None} or seq == {None}:
+        return "Evaluation: the rows do not record their evaluation settings (--eval-tokens, --seq-len)."
+    if p is None or n is None or L is None:
+        return ("Evaluation: the rows differ in their evaluation settings (protocol, --eval-tokens or --seq-len); "
+                "runs.csv has each row's.")
+    n, L = int(n), int(L)
+    source = f"the held-out split of `{d}`" if d else "the held-out split of each row's --data"
+    how = {"windows": f"consecutive {L:,}-token windows from the start of {source}",
+           "spread": f"{L:,}-token windows spread evenly over the whole of {source}",
+           "stratified": f"{L:,}-token windows stratified by held-out document over {source}",
+           "ilr": f"the first {L:,} tokens of each 4,096-token sequence of {source} (ILR's rule)"}.get(p, f"{p} on {source}")
+    if scored and 0 not in scored:
+        got = (f"{min(scored):,}" if len(scored) == 1 else f"{min(scored):,} to {max(scored):,}")
+        amount = f"{got} held-out tokens scored per row ({n:,} asked with --eval-tokens)"
+    else:
+        amount = (f"--eval-tokens {n:,} held-out tokens asked per row (these rows predate the eval_tokens_scored "
+                  f"column: at most that many were scored, in whole windows)")
+    return f"Evaluation (`--eval-protocol {p}`): {amount}, read as {how}; the same text for every map and seed."
+
+
+def noise_sentence(found: dict | None) -> str | None:
+    """The evaluation's noise beside the seeds', from :func:`searchmaps.stats.eval_noise`."""
+    if found is None:
+        return None
+    f = found
+    text = (f"The evaluation's own noise (a bootstrap over its {f['windows']:,} windows, the same {f['n_boot']:,} "
+            f"draws for every row): sd {f['row_sd']:.2g} nats of one row's validation loss")
+    if np.isfinite(f["diff_sd"]):
+        text += f" and {f['diff_sd']:.2g} nats of the difference between two maps' means (median over pairs)"
+    seeds = []
+    if np.isfinite(f["seed_row_sd"]):
+        seeds.append(f"{f['seed_row_sd']:.2g} nats of a row")
+    if np.isfinite(f["seed_diff_sd"]):
+        seeds.append(f"{f['seed_diff_sd']:.2g} nats of a difference of means")
+    if not seeds:
+        return text + "; the seeds' noise is not measured (one seed per map)."
+    text += f", against the seeds' {' and '.join(seeds)}"
+    share = f["diff_share"] if np.isfinite(f["diff_share"]) else f["row_share"]
+    if not np.isfinite(share):
+        return text + "."
+    verdict = ("well below them" if share < WELL_BELOW else
+               "not well below them: score more held-out tokens (--eval-tokens)")
+    return text + f": the evaluation's variance is {100 * share:.0f} % of the seeds', {verdict}."
+
+
+def noise_of(study_dir, ok: pd.DataFrame, records: list[RunRecord] = ()) -> dict | None:
+    """:func:`searchmaps.stats.eval_noise` of ``ok``'s rows that have per-window losses, in
+    ``records`` or the study folder's ``eval_windows.jsonl`` (None when none do)."""
+    windows = read_eval_windows(study_dir) if study_dir is not None else {}
+    windows.update({r.run_id: list(r.eval_windows) for r in records if r.eval_windows})
+    rows = [(r.candidate, int(r.seed), float(r.val_loss), np.asarray(windows[r.run_id]))
+            for r in ok.itertuples() if r.run_id in windows]
+    return stats.eval_noise(rows) if rows else None
+
+
+def sentences(study_dir, records: list[RunRecord], ok: pd.DataFrame) -> list[str]:
+    """The evaluation's size and, where the rows have per-window losses, its noise."""
+    return [s for s in (size_sentence(records, ok), noise_sentence(noise_of(study_dir, ok, records))) if s]
+
+
+def section(study_dir, records: list[RunRecord], ok: pd.DataFrame) -> Section:
+    return Section(sentences=sentences(study_dir, records, ok))

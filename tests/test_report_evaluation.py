@@ -1,0 +1,173 @@
+"""What a report says about its evaluation: its size and source (one line a study page can
+quote), its own noise from a bootstrap over windows beside the seeds' noise, and the
+top-group sentence's allowances."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from helpers import make_study, study_records
+
+from searchmaps.report import write_report
+from searchmaps.results import RunsFile, read_eval_windows
+from searchmaps.stats import eval_noise
+
+
+def _rows(n_win=64, maps=("1,1,1,1", "2,1,1,1", "4,2,1,1"), seeds=4, shared=0.3, own=0.0, seed_sd=0.05, rng=0):
+    """Per-window losses = map level + seed effect + a window's difficulty shared by every row
+    (sd ``shared``) + a map's own window effect (sd ``own``) + nothing else."""
+    g = np.random.default_rng(rng)
+    hard = g.normal(0, shared, n_win)
+    rows = []
+    for k, m in enumerate(maps):
+        mine = g.normal(0, own, n_win)
+        for s in range(seeds):
+            w = 2.0 + 0.01 * k + g.normal(0, seed_sd) + hard + mine
+            rows.append((f"{m}|rope", s, float(w.mean()), w))
+    return rows
+
+
+def test_bootstrap_over_windows_recovers_the_sd_of_a_mean_and_shared_windows_cancel_in_a_difference():
+    rows = _rows()
+    got = eval_noise(rows, n_boot=4000)
+    # a row's mean over 64 windows: sd of its windows / sqrt(64), by hand (the bootstrap's ddof=0 spread)
+    by_hand = np.median([np.std(w) / math.sqrt(len(w)) for *_, w in rows])
+    assert got["windows"] == 64 and got["rows"] == 12 and got["maps"] == 3
+    assert got["row_sd"] == pytest.approx(by_hand, rel=0.08)
+    # the windows are shared: the difficulty of a window cancels in a difference between maps
+    assert got["diff_sd"] < 1e-9 < got["row_sd"]
+    # the seeds' noise from the rows' losses: a map's sd over seeds, and a difference's over shared seeds
+    loss = {(c, s): v for c, s, v, _ in rows}
+    sds = [np.std([loss[c, s] for s in range(4)], ddof=1) for c in {c for c, *_ in rows}]
+    assert got["seed_row_sd"] == pytest.approx(np.median(sds))
+    assert got["row_share"] == pytest.approx(got["row_sd"] ** 2 / got["seed_row_sd"] ** 2)
+    # each map's own window effects do not cancel: a difference then has noise of its own
+    own = eval_noise(_rows(own=0.2), n_boot=4000)
+    assert own["diff_sd"] == pytest.approx(math.sqrt(2) * 0.2 / 8, rel=0.35)
+    # same input, same numbers; rows of another window count are left out
+    assert eval_noise(rows, n_boot=500) == eval_noise(rows, n_boot=500)
+    odd = rows + [("9,9,9,9|rope", 0, 2.0, np.ones(10))]
+    assert eval_noise(odd, n_boot=500)["rows"] == 12
+
+
+def test_a_study_folder_with_per_window_losses_says_its_evaluation_noise_and_size(tmp_path):
+    rows = _rows(seed_sd=0.05, shared=0.3)
+    results = {}
+    for c, s, v, _ in rows:
+        results.setdefault(c, []).append(math.exp(v))
+    folder = tmp_path / "s"
+    make_study(folder, results)
+    assert not (folder / "eval_windows.jsonl").exists()  # rows without windows write no side file
+    recs = study_records(results, study="s")
+    config = {"train.eval_tokens": 4096, "model.seq_len": 32, "data": "english:3"}
+    with_windows = [r.replace(run_id=r.run_id + "-w", eval_windows=tuple(w), eval_tokens_scored=64 * 32,
+                              config={**r.config, **config}) for r, (*_, w) in zip(recs, rows)]
+    folder2 = tmp_path / "w"
+    folder2.mkdir()
+    RunsFile(folder2 / "runs.csv").append(with_windows)
+    (folder2 / "study.json").write_text((folder / "study.json").read_text())
+    header = (folder2 / "runs.csv").read_text().splitlines()[0]
+    assert "eval_windows" not in header  # runs.csv keeps its columns
+    side = read_eval_windows(folder2)
+    assert len(side) == 12 and all(len(v) == 64 for v in side.values())
+    write_report(folder2)
+    md = (folder2 / "report.md").read_text()
+    found = eval_noise([(c, s, v, np.asarray(side[r.run_id])) for (c, s, v, _), r in zip(rows, with_windows)])
+    assert "bootstrap over its 64 windows" in md
+    assert f"sd {found['row_sd']:.2g} nats of one row's validation loss" in md
+    assert f"the seeds' {found['seed_row_sd']:.2g} nats of a row" in md
+    assert ("Evaluation (`--eval-protocol windows`): 2,048 held-out tokens scored per row (4,096 asked with "
+            "--eval-tokens), read as consecutive 32-token windows from the start of the held-out split of "
+            "`english:3`; the same text for every map and seed.") in md
+    # without per-window losses the size line is there (old rows: tokens asked only), the noise line is not
+    write_report(folder)
+    plain = (folder / "report.md").read_text()
+    assert "Evaluation: the rows do not record their evaluation settings" in plain
+    assert "bootstrap over its" not in plain
+
+
+def test_noise_is_called_well_below_the_seeds_only_when_it_is():
+    from searchmaps.report.evaluation import noise_sentence
+
+    quiet = eval_noise(_rows(shared=0.01, own=0.001, seed_sd=0.05), n_boot=1000)
+    loud = eval_noise(_rows(shared=1.0, own=0.5, seed_sd=0.01), n_boot=1000)
+    assert "of the seeds', well below them." in noise_sentence(quiet) and "not well" not in noise_sentence(quiet)
+    assert "not well below them: score more held-out tokens (--eval-tokens)" in noise_sentence(loud)
+    assert json.dumps(quiet)  # plain numbers
+
+
+def test_a_training_records_its_final_validation_per_window_and_its_curve_stays_as_it_was():
+    from helpers import tiny_spec
+
+    from searchmaps.data import load_corpus
+    from searchmaps.results import RunRecord
+    from searchmaps.train import train
+
+    corpus = load_corpus("stdlib")
+    rec = train(tiny_spec(eval_protocol="stratified"), corpus)
+    assert len(rec.eval_windows) == 512 // 32  # --eval-tokens 512 in windows of 32
+    assert np.mean(rec.eval_windows) == pytest.approx(rec.val_loss, rel=1e-5)
+    assert all(set(p) == {"step", "tokens", "val_loss"} for p in rec.curve)
+    assert RunRecord.from_json(rec.to_json()).eval_windows == rec.eval_windows
+    assert "eval_windows" not in rec.to_row()
+
+
+def test_the_top_group_sentence_names_gaps_and_allowances_and_explains_wide_allowances(tmp_path):
+    """Made-up study: six maps, five quiet ones and one whose seeds vary 10x more. The sentence
+    gives the gaps as gaps and the allowances as allowances, and says why the noisy map's
+    allowance is wider: its own seeds."""
+    import re
+
+    g = np.random.default_rng(3)
+    shift = g.normal(0, 0.02, 6)  # seed effects shared by every map
+    levels = {"1,1,1,1|rope": 3.00, "2,1,1,1|rope": 3.01, "1,2,1,1|rope": 3.012, "1,1,2,1|rope": 3.015,
+              "1,1,1,2|rope": 3.10, "4,2,1,1|rope": 3.04}
+    results = {}
+    for c, mu in levels.items():
+        sd = 0.06 if c == "4,2,1,1|rope" else 0.005
+        results[c] = [math.exp(mu + shift[s] + g.normal(0, sd)) for s in range(6)]
+    folder = make_study(tmp_path / "wide", results)
+    rep = write_report(folder)
+    text = (folder / "report.md").read_text()
+    s = rep.summary.set_index("candidate")
+    own = s["rule_allowance"].replace(np.inf, np.nan).dropna()
+    m = re.search(r"not significantly worse \(gaps to the best of ([\d.]+) to ([\d.]+) nats, each within its own "
+                  r"allowance under the moderated rule: allowances ([\d.]+) to ([\d.]+) nats\)", text)
+    assert m, text
+    inside = [c for c in s.index[s["in_top_group"]] if np.isfinite(s.loc[c, "rule_allowance"])]
+    assert float(m.group(2)) == pytest.approx(s.loc[inside, "rule_gap"].max(), rel=0.01)
+    assert float(m.group(4)) == pytest.approx(s.loc[inside, "rule_allowance"].max(), rel=0.01)
+    assert re.search(r"`1,1,1,2\|rope` is significantly worse \(gaps of [\d.]+ nats, each beyond its own allowance "
+                     r"under the moderated rule: allowance [\d.]+ nats\)", text), text
+    ratio = own["4,2,1,1|rope"] / own.median()
+    assert ratio > 2.5
+    loss = {c: np.log(v) for c, v in results.items()}
+    note = re.search(r"`4,2,1,1\|rope` has an allowance ([\d.]+)× the median \(([\d.]+) nats\): each pair's allowance "
+                     r"grows with its own noise, and its validation loss varies more over seeds \(sd ([\d.]+) nats "
+                     r"against a median of ([\d.]+) for the other maps\)\.", text)
+    assert note, text
+    assert float(note.group(1)) == pytest.approx(ratio, abs=0.051)
+    assert float(note.group(3)) == pytest.approx(np.std(loss["4,2,1,1|rope"], ddof=1), rel=0.01)
+    others = [np.std(v, ddof=1) for c, v in loss.items() if c not in ("4,2,1,1|rope", s.index[0])]
+    assert float(note.group(4)) == pytest.approx(np.median(others), rel=0.01)
+
+
+def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
+    """The committed pages' findings blocks are what results/quote_findings.py makes from the
+    committed report.md files: a report rebuilt without its pages refreshed fails here."""
+    import importlib.util
+
+    from helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("quote_findings", ROOT / "results" / "quote_findings.py")
+    quote = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quote)
+    assert quote.main(["--check"]) == 0
+    for page, folders in quote.PAGES.items():
+        text = (ROOT / "results" / page / "README.md").read_text(encoding="utf-8")
+        block = text.split(quote.BEGIN, 1)[1].split(quote.END, 1)[0]
+        for folder in folders:
+            said = quote.key_sentences((ROOT / "results" / folder / "report.md").read_text(encoding="utf-8"))
+            assert said and all(s in block for s in said)
+            assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
