@@ -1,0 +1,228 @@
+"""The stacked model: N looped decoders of one shape (any mix of seeds and maps) run as one
+computation whose attention is plain ``scaled_dot_product_attention``.
+
+Every weight carries a leading model dimension (the names and shapes of
+``torch.func.stack_module_state`` over the N :class:`~searchmaps.model.LoopedLM`, so the
+packed trainer's optimiser, clipping and per-seed states are unchanged); every linear is one
+``torch.bmm`` over the models; attention sees the model dimension folded into the batch,
+``(N·B, H, T, D)``, and runs the encoding's own ``attend`` (on CUDA the flash or efficient
+kernel, which ``torch.vmap`` cannot reach).
+
+A map becomes the sequence of its passes, each a (layer index, re-inject the embedding) pair
+(:func:`passes`): pass ``p`` of model ``n`` applies layer ``idx[p, n]``, its weights gathered
+per model where the models of a pass use different layers (a view where they all use the
+same one); block recurrence adds the embedding back at each stack run after the first. The
+models are ordered by their number of passes (deepest first), so the models still running at
+pass ``p`` are a prefix: a model with fewer passes is masked by leaving its rows out, its
+residual stream passing through unchanged, and costs nothing there. Per-model constants
+(``deeploop``'s alpha, ``depth-mup``'s branch scale) are per-model tensors.
+
+The reference is :class:`~searchmaps.model.LoopedLM` (ILR's released code); the stacked
+forward equals each model's own forward to float rounding (``tests/test_stacked.py``).
+Not stacked: ``--kv-share first:W`` (a pass that reads another pass's keys attends over a
+different key axis with a mask per model): :func:`stack_problem` says so and the packed
+trainer falls back to ``vmap``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..config import ModelConfig, ReuseMap
+from ..encodings import Encoding
+from ..model import LoopedLM
+
+LAYER_WEIGHTS = ("norm1.weight", "norm2.weight", "attn.qkv.weight", "attn.proj.weight", "mlp.gate_up.weight",
+                 "mlp.down.weight")
+
+
+def passes(reuse: ReuseMap) -> list[tuple[int, bool]]:
+    """The passes of ``reuse`` in order: (layer index, whether the input embedding is added
+    back before it), as :meth:`LoopedLM.forward` walks them."""
+    return [(i, k > 0 and i == 0 and j == 0)
+            for k in range(reuse.block) for i, r in enumerate(reuse.repeats) for j in range(r)]
+
+
+def shape_of(cfg: ModelConfig) -> ModelConfig:
+    """What models stacked together share: the config without its map and ``--init`` (the
+    init decides the initial weights only, which each model brings)."""
+    return dataclasses.replace(cfg, reuse=ReuseMap.baseline(cfg.n_layers), init="scaled")
+
+
+def stack_problem(cfgs: Sequence[ModelConfig]) -> str | None:
+    """Why these models cannot run as one stacked model (None when they can)."""
+    if any(c.kv_window is not None for c in cfgs):
+        return ("--kv-share first:W is not stacked (a later pass attends over another pass's keys with "
+                "its own mask); such seeds pack through vmap, one candidate at a time")
+    shapes = {shape_of(c) for c in cfgs}
+    if len(shapes) > 1:
+        return ("stacked models must share every model setting but the map and --init (layers, d-model, heads, "
+                f"vocabulary, context, PE, residual); got {len(shapes)} different ones")
+    return None
+
+
+class _One:
+    """Model ``n``'s parameters as attributes (``pos_emb.weight``), for an encoding's
+    :meth:`~searchmaps.encodings.Encoding.embed` written against one model."""
+
+    def __init__(self, params: dict, n: int, prefix: str = ""):
+        self._params, self._n, self._prefix = params, n, prefix
+
+    def __getattr__(self, name: str):
+        key = self._prefix + name
+        if key in self._params:
+            return self._params[key][self._n]
+        return _One(self._params, self._n, key + ".")
+
+
+def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x (n, ..., in) by each model's w (n, out, in): (n, ..., out), one batched product."""
+    n = x.shape[0]
+    return torch.bmm(x.reshape(n, -1, x.shape[-1]), w.transpose(1, 2)).view(*x.shape[:-1], w.shape[1])
+
+
+def _rms(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """nn.RMSNorm(eps 1e-6) with each model's gain g (n, d) on x (n, B, T, d)."""
+    return F.rms_norm(x, (x.shape[-1],), eps=1e-6) * g[:, None, None, :]
+
+
+class StackedLM:
+    """N models of one shape (``cfgs``: their configs, in the order of the stacked weights),
+    run as one. ``template``: a :class:`LoopedLM` of that shape on the device, whose buffers
+    (RoPE tables, the ALiBi bias) every model shares; its weights are never read.
+    :meth:`forward` takes the stacked weights as a dict (``stack_module_state``'s names)."""
+
+    def __init__(self, cfgs: Sequence[ModelConfig], template: LoopedLM):
+        problem = stack_problem(cfgs)
+        if problem:
+            raise ValueError(problem)
+        self.cfgs, self.n, self.template = list(cfgs), len(cfgs), template
+        cfg = self.cfgs[0]
+        self.encoding, self.residual, self.n_heads, self.seq_len = cfg.encoding, cfg.residual, cfg.n_heads, cfg.seq_len
+        self.n_layers = cfg.n_layers
+        self._embeds = type(self.encoding).embed is not Encoding.embed  # an encoding that adds to the embedding
+        device = next(template.parameters()).device
+        plans = [passes(c.reuse) for c in self.cfgs]
+        order = sorted(range(self.n), key=lambda m: -len(plans[m]))  # deepest first (stable)
+        self.order = None if order == list(range(self.n)) else torch.tensor(order, device=device)
+        self.inverse = None if self.order is None else torch.argsort(self.order)
+        plans = [plans[m] for m in order]
+        depth = [self.cfgs[m].reuse.applied_layers for m in order]
+        column = (-1, 1, 1, 1)
+        self.alpha = torch.tensor([(2 * a) ** 0.5 for a in depth], device=device).view(column)
+        self.branch = torch.tensor([a ** -0.5 for a in depth], device=device).view(column)
+        # per pass: (models still running (a prefix), the layer they all apply or None,
+        # each one's layer where they differ, the embedding added back: None / True (all) / a mask)
+        self.steps: list[tuple[int, int | None, torch.Tensor | None, object]] = []
+        for p in range(len(plans[0])):
+            live = [plan[p] for plan in plans if len(plan) > p]
+            layers, inject = [i for i, _ in live], [j for _, j in live]
+            same = layers[0] if len(set(layers)) == 1 else None
+            index = None if same is not None else torch.tensor(layers, device=device)
+            add = (None if not any(inject) else True if all(inject)
+                   else torch.tensor(inject, device=device).view(column))
+            self.steps.append((len(live), same, index, add))
+        self._gathers = any(index is not None for _, _, index, _ in self.steps)
+
+    # ------------------------------------------------------------------ the forward
+
+    def forward(self, params: dict, idx: torch.Tensor, targets: torch.Tensor | None = None):
+        """``idx``, ``targets``: (N, B, T) token ids, each model's own batch, or (B, T), one
+        batch every model reads. Returns (logits (N, B, T, vocab), each model's mean
+        cross-entropy (N,) in nats or None), in the order of ``cfgs``."""
+        if idx.dim() == 2:
+            idx = idx.expand(self.n, *idx.shape)
+            targets = None if targets is None else targets.expand(self.n, *targets.shape)
+        if self.order is not None:  # deepest first: the models running at each pass are a prefix
+            params = {k: v.index_select(0, self.order) for k, v in params.items()}
+            idx = idx.index_select(0, self.order)
+            targets = None if targets is None else targets.index_select(0, self.order)
+        N, B, T = idx.shape
+        if T > self.seq_len:
+            raise ValueError(f"sequence of {T} tokens exceeds seq_len {self.seq_len}")
+        table = params["tok_emb.weight"]  # (N, vocab, d), tied to the output head
+        V, d = table.shape[1], table.shape[2]
+        offsets = torch.arange(N, device=idx.device).view(N, 1, 1) * V
+        e = F.embedding(idx + offsets, table.reshape(N * V, d))  # (N, B, T, d)
+        if self._embeds:
+            e = torch.stack([self.encoding.embed(_One(params, n), e[n]) for n in range(N)])
+        pos = self.encoding.positions(self.template, T)
+        stacked = ({name: torch.stack([params[f"layers.{i}.{name}"] for i in range(self.n_layers)])
+                    for name in LAYER_WEIGHTS} if self._gathers else None)
+        x = e
+        for live, same, index, add in self.steps:
+            xa = x[:live]
+            if add is True:
+                xa = xa + e[:live]
+            elif add is not None:
+                xa = torch.where(add, xa + e[:live], xa)
+            if same is not None:
+                w = {name: params[f"layers.{same}.{name}"][:live] for name in LAYER_WEIGHTS}
+            else:
+                rows = torch.arange(live, device=idx.device)
+                w = {name: t[index, rows] for name, t in stacked.items()}
+            y = self._block(xa, w, pos, live)
+            x = y if live == N else torch.cat((y, x[live:]))
+        h = _rms(x, params["norm_f.weight"])
+        logits = torch.bmm(h.view(N, B * T, d), table.transpose(1, 2)).view(N, B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.float().view(-1, V), targets.reshape(-1), reduction="none")
+            loss = loss.view(N, -1).mean(dim=1)
+        if self.inverse is not None:
+            logits = logits.index_select(0, self.inverse)
+            loss = None if loss is None else loss.index_select(0, self.inverse)
+        return logits, loss
+
+    __call__ = forward
+
+    def losses(self, params: dict, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Each model's mean cross-entropy (N,): what the packed trainer differentiates."""
+        return self.forward(params, idx, targets)[1]
+
+    def _block(self, x: torch.Tensor, w: dict, pos: tuple, live: int) -> torch.Tensor:
+        """:class:`~searchmaps.model.Block` for the ``live`` models of ``x`` (n, B, T, d)."""
+        if self.residual == "deeploop":
+            alpha = self.alpha[:live]
+            x = _rms(alpha * x + self._attention(x, w, pos), w["norm1.weight"])
+            return _rms(alpha * x + self._mlp(x, w), w["norm2.weight"])
+        a = self._attention(_rms(x, w["norm1.weight"]), w, pos)
+        if self.residual == "depth-mup":
+            branch = self.branch[:live]
+            x = x + branch * a
+            return x + branch * self._mlp(_rms(x, w["norm2.weight"]), w)
+        x = x + a
+        return x + self._mlp(_rms(x, w["norm2.weight"]), w)
+
+    def _attention(self, x: torch.Tensor, w: dict, pos: tuple) -> torch.Tensor:
+        """:class:`~searchmaps.model.Attention` with the models folded into the batch."""
+        n, B, T, C = x.shape
+        q, k, v = _linear(x, w["attn.qkv.weight"]).view(n * B, T, 3 * C).split(C, dim=2)
+        q = q.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)  # (n·B, nh, T, hs)
+        k = k.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
+        v = v.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
+        if pos:
+            q, k = self.encoding.qk(q, k, pos)
+            y = self.encoding.attend(q, k, v, pos)
+        else:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return _linear(y.transpose(1, 2).reshape(n, B, T, C), w["attn.proj.weight"])
+
+    @staticmethod
+    def _mlp(x: torch.Tensor, w: dict) -> torch.Tensor:
+        gate, up = _linear(x, w["mlp.gate_up.weight"]).chunk(2, dim=-1)
+        return _linear(F.silu(gate) * up, w["mlp.down.weight"])
+
+
+def stack_models(models: Sequence[LoopedLM]) -> tuple[StackedLM, dict]:
+    """The stacked model of ``models`` (of one shape) and their weights stacked as leaf
+    tensors that require grad: what a test or a benchmark needs to run it."""
+    from torch.func import stack_module_state
+
+    params, _ = stack_module_state(list(models))
+    params = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
+    return StackedLM([m.cfg for m in models], models[0]), params
