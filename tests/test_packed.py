@@ -93,7 +93,7 @@ def test_math_attention_under_vmap_matches_separate_trainings(corpus, precision)
     vmap); here it runs on the CPU: the same losses as separate trainings."""
     specs = seeds(3, reuse="2,1", pe="alibi", precision=precision)
     lads = [make_ladder(s) for s in specs]
-    training = PackedTraining(specs, lads, corpus, "cpu", math_attention=True)
+    training = PackedTraining(specs, lads, corpus, "cpu", math_attention=True, stacked=False)
     history = PackedHistory.fresh(3)
     training.advance(history, 0, 50, set())
     for got, a in zip(training.evaluate(), alone(specs, corpus)):
