@@ -31,9 +31,9 @@ def models_of(maps, pe="rope", residual="prenorm", init="scaled", seq_len=16):
     return out
 
 
-def assert_matches_each_model(models, shared_batch=False, atol=1e-5):
+def assert_matches_each_model(models, shared_batch=False, atol=1e-5, masked=False):
     """Logits, losses and every weight's gradient of the stack equal each model's own."""
-    stack, params = stack_models(models)
+    stack, params = stack_models(models, masked)
     gen = torch.Generator().manual_seed(0)
     shape = (3, 16) if shared_batch else (len(models), 3, 16)
     x, y = (torch.randint(0, 256, shape, generator=gen) for _ in range(2))
@@ -70,6 +70,12 @@ def test_init_normal_stacks_and_a_stack_mixes_inits(residual):
 
 def test_one_batch_read_by_every_model_as_validation_reads_it():
     assert_matches_each_model(models_of(MIXED, "alibi"), shared_batch=True)
+
+
+def test_the_masked_ablation_equals_each_model_too():
+    """Models past their last pass computed and masked instead of left out (the benchmark's
+    ablation): the same logits, losses and gradients."""
+    assert_matches_each_model(models_of(MIXED, "rope", "depth-mup"), masked=True)
 
 
 def test_seeds_of_one_map_stack_without_gathers():

@@ -94,9 +94,11 @@ class StackedLM:
     """N models of one shape (``cfgs``: their configs, in the order of the stacked weights),
     run as one. ``template``: a :class:`LoopedLM` of that shape on the device, whose buffers
     (RoPE tables, the ALiBi bias) every model shares; its weights are never read.
-    :meth:`forward` takes the stacked weights as a dict (``stack_module_state``'s names)."""
+    :meth:`forward` takes the stacked weights as a dict (``stack_module_state``'s names).
+    ``masked`` (an ablation, ``benchmarks/stacked_forward.py``): every model computes every
+    pass and a model past its last one keeps its stream by a mask, instead of being left out."""
 
-    def __init__(self, cfgs: Sequence[ModelConfig], template: LoopedLM):
+    def __init__(self, cfgs: Sequence[ModelConfig], template: LoopedLM, masked: bool = False):
         problem = stack_problem(cfgs)
         if problem:
             raise ValueError(problem)
@@ -118,8 +120,13 @@ class StackedLM:
         # per pass: (models still running (a prefix), the layer they all apply or None,
         # each one's layer where they differ, the embedding added back: None / True (all) / a mask)
         self.steps: list[tuple[int, int | None, torch.Tensor | None, object]] = []
+        self.keep: list[torch.Tensor | None] = []  # masked: the models past their last pass
         for p in range(len(plans[0])):
             live = [plan[p] for plan in plans if len(plan) > p]
+            if masked:  # the models past their last pass compute layer 0 and keep their stream
+                self.keep.append(None if len(live) == self.n else torch.arange(self.n, device=device).view(column)
+                                 >= len(live))
+                live += [(0, False)] * (self.n - len(live))
             layers, inject = [i for i, _ in live], [j for _, j in live]
             same = layers[0] if len(set(layers)) == 1 else None
             index = None if same is not None else torch.tensor(layers, device=device)
@@ -154,7 +161,7 @@ class StackedLM:
         stacked = ({name: torch.stack([params[f"layers.{i}.{name}"] for i in range(self.n_layers)])
                     for name in LAYER_WEIGHTS} if self._gathers else None)
         x = e
-        for live, same, index, add in self.steps:
+        for p, (live, same, index, add) in enumerate(self.steps):
             xa = x[:live]
             if add is True:
                 xa = xa + e[:live]
@@ -166,6 +173,8 @@ class StackedLM:
                 rows = torch.arange(live, device=idx.device)
                 w = {name: t[index, rows] for name, t in stacked.items()}
             y = self._block(xa, w, pos, live)
+            if self.keep and self.keep[p] is not None:
+                y = torch.where(self.keep[p], x, y)
             x = y if live == N else torch.cat((y, x[live:]))
         h = _rms(x, params["norm_f.weight"])
         logits = torch.bmm(h.view(N, B * T, d), table.transpose(1, 2)).view(N, B, T, V)
@@ -218,11 +227,11 @@ class StackedLM:
         return _linear(F.silu(gate) * up, w["mlp.down.weight"])
 
 
-def stack_models(models: Sequence[LoopedLM]) -> tuple[StackedLM, dict]:
+def stack_models(models: Sequence[LoopedLM], masked: bool = False) -> tuple[StackedLM, dict]:
     """The stacked model of ``models`` (of one shape) and their weights stacked as leaf
     tensors that require grad: what a test or a benchmark needs to run it."""
     from torch.func import stack_module_state
 
     params, _ = stack_module_state(list(models))
     params = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
-    return StackedLM([m.cfg for m in models], models[0]), params
+    return StackedLM([m.cfg for m in models], models[0], masked), params
