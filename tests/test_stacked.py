@@ -16,7 +16,7 @@ from searchmaps.model import LoopedLM
 from searchmaps.schedule import make_ladder
 from searchmaps.train import train_ladder, train_stacked
 from searchmaps.train.packed import PackedHistory, PackedTraining
-from searchmaps.train.stacked import passes, stack_models, stack_problem
+from searchmaps.train.stacked import by_pass_count, passes, stack_models, stack_problem
 
 MIXED = ["1,1,1,1", "4,2,1,1", "2,1,1,1", "block:2", "4,2,1,1"]  # not in depth order; a map twice (two seeds)
 STEPS = 20 * 4 * 32  # tokens of 20 steps of the tiny spec
@@ -54,6 +54,14 @@ def test_passes_walk_the_map_as_the_model_does():
         (0, False), (0, False), (1, False), (2, False), (2, False), (2, False)]
     assert passes(ModelConfig(n_layers=2).with_map("block:3").reuse) == [
         (0, False), (1, False), (0, True), (1, False), (0, True), (1, False)]
+
+
+def test_units_by_pass_count_keep_every_spec_once():
+    specs = [tiny_spec(reuse=m, seed=s) for m in ("1,1", "2,1", "block:2", "1,2") for s in range(2)]
+    groups = by_pass_count(specs)
+    assert [[(str(g.model.reuse), g.seed) for g in group] for group in groups] == [
+        [("1,1", 0), ("1,1", 1)], [("2,1", 0), ("2,1", 1), ("1,2", 0), ("1,2", 1)],
+        [("block:2", 0), ("block:2", 1)]]
 
 
 @pytest.mark.parametrize("pe", list(ENCODINGS))

@@ -235,3 +235,14 @@ def stack_models(models: Sequence[LoopedLM], masked: bool = False) -> tuple[Stac
     params, _ = stack_module_state(list(models))
     params = {k: v.detach().clone().requires_grad_() for k, v in params.items()}
     return StackedLM([m.cfg for m in models], models[0], masked), params
+
+
+def by_pass_count(specs: Sequence) -> list[list]:
+    """``specs`` (TrialSpecs) in groups of one pass count (``applied_layers``), in their
+    order: the units a caller trains stacked where one unit per depth is faster than one of
+    every depth (on the CPU at small sizes, ``benchmarks/stacked_forward.py``)."""
+    groups: dict[int, list] = {}
+    for s in specs:
+        groups.setdefault(s.model.reuse.applied_layers, []).append(s)
+    return list(groups.values())
+
