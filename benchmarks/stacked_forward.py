@@ -51,9 +51,9 @@ def specs_for(maps, seeds: int, args, device: str) -> list[TrialSpec]:
     return [TrialSpec(model=model.with_map(m), train=train, seed=s, device=device) for m in maps for s in range(seeds)]
 
 
-def unit_time(specs, corpus, device: str, steps: int, repeats: int, stacked: bool, masked: bool = False) -> float:
-    """Seconds of ``steps`` training steps of ``specs`` as one packed unit: the fastest of
-    ``repeats`` timings, after 2 warm-up steps."""
+def unit(specs, corpus, device: str, stacked: bool, masked: bool = False):
+    """``specs`` as one packed unit, warmed up by 2 steps: ``run(steps)`` trains ``steps``
+    more and returns the seconds they took."""
     lads = [make_ladder(s) for s in specs]
     training = PackedTraining(specs, lads, corpus, device, sync_every=10 ** 9, stacked=stacked)
     if masked:
@@ -61,21 +61,15 @@ def unit_time(specs, corpus, device: str, steps: int, repeats: int, stacked: boo
         training._train_losses = lambda p, b, x, y: model.losses(p, x, y)
     history = PackedHistory.fresh(len(specs))
     training.advance(history, 0, 2, set())
-    best = float("inf")
-    for _ in range(repeats):
+
+    def run(steps: int) -> float:
         sync(device)
         t0 = time.perf_counter()
         training.advance(history, 0, history.step + steps, set())
         sync(device)
-        best = min(best, time.perf_counter() - t0)
-    return best
+        return time.perf_counter() - t0
 
-
-def rate(units, corpus, device, steps, repeats, **kw) -> float:
-    """Tokens/s of the units run one after another (every model's tokens counted)."""
-    seconds = sum(unit_time(u, corpus, device, steps, repeats, **kw) for u in units)
-    tokens = sum(len(u) for u in units) * steps * tokens_per_step(units[0][0])
-    return tokens / seconds
+    return run
 
 
 def main() -> None:
@@ -86,7 +80,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=None, help="timed steps per unit (default 5 tiny, 20 otherwise)")
     p.add_argument("--batch-size", type=int, default=None, help="sequences per model and step (default 4 tiny, 16)")
     p.add_argument("--compile", action="store_true", help="torch.compile the packed losses (both paths)")
-    p.add_argument("--repeats", type=int, default=3, help="timings per unit; the fastest counts")
+    p.add_argument("--rounds", type=int, default=3, help="timings of every row, in turn; the fastest counts")
     p.add_argument("--threads", type=int, default=1, help="torch threads on the CPU")
     args = p.parse_args()
     device = resolve_device(args.device)
@@ -101,28 +95,32 @@ def main() -> None:
     name = torch.cuda.get_device_name() if device.startswith("cuda") else f"CPU, {args.threads} threads"
     print(f"device: {name}; torch {torch.__version__}; 4 layers, d {args.d_model}, context {args.seq_len}, "
           f"batch {args.batch_size} per model, {args.precision}, compile {'on' if args.compile else 'off'}, "
-          f"{steps} timed steps a unit, fastest of {args.repeats}")
-    print(f"\n{'case':<28} {'path':<34} {'models':>6} {'units':>5} {'tokens/s':>11} {'vs vmap':>8}")
-
-    def row(case, path, units, base=None, **kw):
-        r = rate(units, corpus, device, steps, args.repeats, **kw)
-        n = sum(len(u) for u in units)
-        print(f"{case:<28} {path:<34} {n:>6} {len(units):>5} {r:>11,.0f} {r / (base or r):>7.2f}x", flush=True)
-        return r
-
+          f"{steps} timed steps a unit, fastest of {args.rounds} rounds")
+    rows = []  # (case, path, units (lists of specs), options)
     one = specs_for([args.map], 5, args, device)
-    base = row(f"(a) 5 seeds of {args.map}", "vmap (today)", [one], stacked=False)
-    row(f"(a) 5 seeds of {args.map}", "stacked", [one], base, stacked=True)
-
+    rows += [(f"(a) 5 seeds of {args.map}", "vmap (today)", [one], {"stacked": False}),
+             (f"(a) 5 seeds of {args.map}", "stacked", [one], {"stacked": True})]
     maps = ilr_maps()
     per_map = [specs_for([m], 2, args, device) for m in maps]
     every = [s for u in per_map for s in u]
     case = f"(b) ILR's {len(maps)} maps x 2 seeds"
-    base = row(case, "vmap, one unit per map (today)", per_map, stacked=False)
-    row(case, "stacked, one unit per map", per_map, base, stacked=True)
-    row(case, "stacked, one unit, shallow left out", [every], base, stacked=True)
-    row(case, "stacked, one unit, shallow masked", [every], base, stacked=True, masked=True)
-    row(case, "stacked, one unit per pass count", by_pass_count(every), base, stacked=True)
+    rows += [(case, "vmap, one unit per map (today)", per_map, {"stacked": False}),
+             (case, "stacked, one unit per map", per_map, {"stacked": True}),
+             (case, "stacked, one unit, shallow left out", [every], {"stacked": True}),
+             (case, "stacked, one unit, shallow masked", [every], {"stacked": True, "masked": True}),
+             (case, "stacked, one unit per pass count", by_pass_count(every), {"stacked": True})]
+    runs = [[unit(u, corpus, device, **kw) for u in units] for _, _, units, kw in rows]
+    best = [float("inf")] * len(rows)
+    for _ in range(args.rounds):  # the rows in turn, so that a busy spell of the host hits them all
+        for r, units in enumerate(runs):
+            best[r] = min(best[r], sum(run(steps) for run in units))
+    print(f"\n{'case':<28} {'path':<36} {'models':>6} {'units':>5} {'tokens/s':>11} {'vs vmap':>8}")
+    base = None
+    for (case, path, units, kw), seconds in zip(rows, best):
+        n = sum(len(u) for u in units)
+        r = n * steps * tokens_per_step(units[0][0]) / seconds
+        base = r if path.startswith("vmap") else base
+        print(f"{case:<28} {path:<36} {n:>6} {len(units):>5} {r:>11,.0f} {r / base:>7.2f}x", flush=True)
 
 
 if __name__ == "__main__":
