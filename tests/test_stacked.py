@@ -22,10 +22,11 @@ MIXED = ["1,1,1,1", "4,2,1,1", "2,1,1,1", "block:2", "4,2,1,1"]  # not in depth 
 STEPS = 20 * 4 * 32  # tokens of 20 steps of the tiny spec
 
 
-def models_of(maps, pe="rope", residual="prenorm", init="scaled", seq_len=16):
+def models_of(maps, pe="rope", residual="prenorm", init="scaled", seq_len=16, kv_share="none"):
     out = []
     for seed, m in enumerate(maps):
-        cfg = ModelConfig(n_layers=4, d_model=32, n_heads=2, seq_len=seq_len, pe=pe, residual=residual, init=init)
+        cfg = ModelConfig(n_layers=4, d_model=32, n_heads=2, seq_len=seq_len, pe=pe, residual=residual, init=init,
+                          kv_share=kv_share)
         torch.manual_seed(seed)
         out.append(LoopedLM(cfg.with_map(m)))
     return out
@@ -86,6 +87,20 @@ def test_the_masked_ablation_equals_each_model_too():
     assert_matches_each_model(models_of(MIXED, "rope", "depth-mup"), masked=True)
 
 
+@pytest.mark.parametrize("pe", list(ENCODINGS))
+@pytest.mark.parametrize("masked", [False, True], ids=["left-out", "masked"])
+def test_memory_shared_loops_stack(pe, masked):
+    """--kv-share first:4 over 16 tokens: in one pass some models read their first pass's
+    keys, others only their own (a map whose layer runs once, the baseline map that shares
+    nothing); each model still equals its own LoopedLM, whose sharing does change its output."""
+    models = models_of(MIXED + ["1,1,2,1"], pe, kv_share="first:4")
+    assert_matches_each_model(models, masked=masked)
+    x = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(1))
+    unshared = LoopedLM(dataclasses.replace(models[1].cfg, kv_share="none"))
+    unshared.load_state_dict(models[1].state_dict())
+    assert not torch.allclose(models[1](x)[0], unshared(x)[0], atol=1e-4)
+
+
 def test_seeds_of_one_map_stack_without_gathers():
     assert_matches_each_model(models_of(["2,1,1,1"] * 3, "learned"))
 
@@ -93,7 +108,7 @@ def test_seeds_of_one_map_stack_without_gathers():
 def test_what_cannot_stack_says_why():
     cfg = ModelConfig(n_layers=2, d_model=32, n_heads=2, seq_len=32)
     assert stack_problem([cfg, cfg.with_map("2,1"), dataclasses.replace(cfg, init="normal")]) is None
-    assert "--kv-share" in stack_problem([dataclasses.replace(cfg, kv_share="first:4")])
+    assert "every model setting" in stack_problem([cfg, dataclasses.replace(cfg, kv_share="first:4")])
     assert "every model setting" in stack_problem([cfg, dataclasses.replace(cfg, pe="alibi")])
     assert "every model setting" in stack_problem([cfg, dataclasses.replace(cfg, residual="depth-mup")])
 
@@ -141,16 +156,16 @@ def test_the_vmap_path_stays_as_the_switch_and_equals_the_stacked_one(corpus):
         assert abs(a - ref.val_loss) < PACKED_TOL["fp32"] and abs(b - ref.val_loss) < PACKED_TOL["fp32"]
 
 
-def test_kv_share_falls_back_to_vmap_and_refuses_several_candidates(corpus):
-    specs = candidates(("2,1",), 2, )
+def test_memory_shared_candidates_train_stacked_and_the_vmap_switch_stays(corpus):
+    specs = candidates(("2,1", "1,1", "block:2"), 1)
     specs = [dataclasses.replace(s, model=dataclasses.replace(s.model, kv_share="first:8")) for s in specs]
-    lads = [make_ladder(s) for s in specs]
-    assert PackedTraining(specs, lads, corpus, "cpu").stacked is False
-    with pytest.raises(ValueError, match="--kv-share"):
-        PackedTraining(specs, lads, corpus, "cpu", stacked=True)
-    mixed = specs + [dataclasses.replace(specs[0], model=specs[0].model.with_map("1,2"))]
-    with pytest.raises(ValueError, match="--kv-share"):
-        train_stacked(mixed, None, corpus)
+    assert_same_rows(train_stacked(specs, None, corpus), alone(specs, corpus), PACKED_TOL["fp32"], models=3)
+    seeds = [dataclasses.replace(specs[0], seed=s) for s in range(2)]
+    lads = [make_ladder(s) for s in seeds]
+    assert PackedTraining(seeds, lads, corpus, "cpu").stacked is True
+    assert PackedTraining(seeds, lads, corpus, "cpu", stacked=False).stacked is False
+    with pytest.raises(ValueError, match="one candidate"):
+        PackedTraining(specs, [make_ladder(s) for s in specs], corpus, "cpu", stacked=False)
 
 
 def test_candidates_that_take_other_steps_or_configs_are_refused(corpus):

@@ -5,9 +5,8 @@ The S models are built exactly as their separate trainings build them (``torch.m
 then :class:`~searchmaps.model.LoopedLM`), and their weights are stacked along a leading
 seed dimension (``torch.func.stack_module_state``). One step runs them as the stacked model
 (:mod:`.stacked`: batched products, plain attention on the models folded into the batch,
-any mix of maps), or, with ``stacked=False`` and where the stacked model does not apply
-(``--kv-share``), the model's own forward under ``torch.vmap`` over that dimension
-(``functional_call``; one candidate's seeds only). Either way every encoding, map kind and
+any mix of maps), or, with ``stacked=False``, the model's own forward under ``torch.vmap``
+over that dimension (``functional_call``; one candidate's seeds only). Either way every encoding, map kind and
 residual option packs as it trains alone. Each seed keeps its own data
 stream; the seeds' losses are **summed**, so each seed's gradient is its own; gradients
 are clipped **per seed** (torch's global-norm formula applied to each seed's slice);

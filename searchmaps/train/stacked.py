@@ -17,11 +17,13 @@ pass ``p`` are a prefix: a model with fewer passes is masked by leaving its rows
 residual stream passing through unchanged, and costs nothing there. Per-model constants
 (``deeploop``'s alpha, ``depth-mup``'s branch scale) are per-model tensors.
 
+Memory-shared loops (``--kv-share first:W``) stack too: a pass in which some model reads
+its first pass's keys (:meth:`~searchmaps.model.LoopedLM.pass_runner`) attends, for every
+model of that pass, over its own keys and those kept ones with a mask per model (its own
+keys alone, causal, for a model that reads none); the other passes keep plain attention.
+
 The reference is :class:`~searchmaps.model.LoopedLM` (ILR's released code); the stacked
 forward equals each model's own forward to float rounding (``tests/test_stacked.py``).
-Not stacked: ``--kv-share first:W`` (a pass that reads another pass's keys attends over a
-different key axis with a mask per model): :func:`stack_problem` says so and the packed
-trainer falls back to ``vmap``.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig, ReuseMap
 from ..encodings import Encoding
-from ..model import LoopedLM
+from ..model import LoopedLM, share_keys
 
 LAYER_WEIGHTS = ("norm1.weight", "norm2.weight", "attn.qkv.weight", "attn.proj.weight", "mlp.gate_up.weight",
                  "mlp.down.weight")
@@ -55,13 +57,10 @@ def shape_of(cfg: ModelConfig) -> ModelConfig:
 
 def stack_problem(cfgs: Sequence[ModelConfig]) -> str | None:
     """Why these models cannot run as one stacked model (None when they can)."""
-    if any(c.kv_window is not None for c in cfgs):
-        return ("--kv-share first:W is not stacked (a later pass attends over another pass's keys with "
-                "its own mask); such seeds pack through vmap, one candidate at a time")
     shapes = {shape_of(c) for c in cfgs}
     if len(shapes) > 1:
         return ("stacked models must share every model setting but the map and --init (layers, d-model, heads, "
-                f"vocabulary, context, PE, residual); got {len(shapes)} different ones")
+                f"vocabulary, context, PE, residual, --kv-share); got {len(shapes)} different ones")
     return None
 
 
@@ -113,6 +112,8 @@ class StackedLM:
         self.order = None if order == list(range(self.n)) else torch.tensor(order, device=device)
         self.inverse = None if self.order is None else torch.argsort(self.order)
         plans = [plans[m] for m in order]
+        self.plans, self.reuses, self.window = plans, [self.cfgs[m].reuse for m in order], cfg.kv_window
+        self._shares: dict[int, list] = {}  # sequence length -> memory sharing's plan (_share_plan)
         depth = [self.cfgs[m].reuse.applied_layers for m in order]
         column = (-1, 1, 1, 1)
         self.alpha = torch.tensor([(2 * a) ** 0.5 for a in depth], device=device).view(column)
@@ -160,6 +161,8 @@ class StackedLM:
         pos = self.encoding.positions(self.template, T)
         stacked = ({name: torch.stack([params[f"layers.{i}.{name}"] for i in range(self.n_layers)])
                     for name in LAYER_WEIGHTS} if self._gathers else None)
+        share = self._share_plan(T, idx.device) if self.window is not None and self.window < T else None
+        kept: dict[int, tuple] = {}  # pass -> its (keys, values) (live·B, nh, T, hs), kept for later passes
         x = e
         for p, (live, same, index, add) in enumerate(self.steps):
             xa = x[:live]
@@ -172,7 +175,12 @@ class StackedLM:
             else:
                 rows = torch.arange(live, device=idx.device)
                 w = {name: t[index, rows] for name, t in stacked.items()}
-            y = self._block(xa, w, pos, live)
+            kv = keys = None
+            if share is not None and share[p][1] is not None:
+                kv, keys = self._shared(kept, share[p][1], share[p][2], live, B, T)
+            y, own = self._block(xa, w, pos, live, kv, keys)
+            if share is not None and share[p][0]:
+                kept[p] = own
             if self.keep and self.keep[p] is not None:
                 y = torch.where(self.keep[p], x, y)
             x = y if live == N else torch.cat((y, x[live:]))
@@ -193,22 +201,25 @@ class StackedLM:
         """Each model's mean cross-entropy (N,): what the packed trainer differentiates."""
         return self.forward(params, idx, targets)[1]
 
-    def _block(self, x: torch.Tensor, w: dict, pos: tuple, live: int) -> torch.Tensor:
-        """:class:`~searchmaps.model.Block` for the ``live`` models of ``x`` (n, B, T, d)."""
+    def _block(self, x: torch.Tensor, w: dict, pos: tuple, live: int, kv=None, keys=None):
+        """:class:`~searchmaps.model.Block` for the ``live`` models of ``x`` (n, B, T, d):
+        (x after it, this pass's own keys and values); ``kv``, ``keys`` as the block takes them."""
         if self.residual == "deeploop":
             alpha = self.alpha[:live]
-            x = _rms(alpha * x + self._attention(x, w, pos), w["norm1.weight"])
-            return _rms(alpha * x + self._mlp(x, w), w["norm2.weight"])
-        a = self._attention(_rms(x, w["norm1.weight"]), w, pos)
+            a, own = self._attention(x, w, pos, kv, keys)
+            x = _rms(alpha * x + a, w["norm1.weight"])
+            return _rms(alpha * x + self._mlp(x, w), w["norm2.weight"]), own
+        a, own = self._attention(_rms(x, w["norm1.weight"]), w, pos, kv, keys)
         if self.residual == "depth-mup":
             branch = self.branch[:live]
             x = x + branch * a
-            return x + branch * self._mlp(_rms(x, w["norm2.weight"]), w)
+            return x + branch * self._mlp(_rms(x, w["norm2.weight"]), w), own
         x = x + a
-        return x + self._mlp(_rms(x, w["norm2.weight"]), w)
+        return x + self._mlp(_rms(x, w["norm2.weight"]), w), own
 
-    def _attention(self, x: torch.Tensor, w: dict, pos: tuple) -> torch.Tensor:
-        """:class:`~searchmaps.model.Attention` with the models folded into the batch."""
+    def _attention(self, x: torch.Tensor, w: dict, pos: tuple, kv=None, keys=None):
+        """:class:`~searchmaps.model.Attention` with the models folded into the batch: (its
+        output, this pass's own keys and values as attention used them)."""
         n, B, T, C = x.shape
         q, k, v = _linear(x, w["attn.qkv.weight"]).view(n * B, T, 3 * C).split(C, dim=2)
         q = q.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)  # (n·B, nh, T, hs)
@@ -216,10 +227,70 @@ class StackedLM:
         v = v.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
         if pos:
             q, k = self.encoding.qk(q, k, pos)
+        own = (k, v)
+        if kv is not None:
+            k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
+        if keys is not None:
+            y = self.encoding.attend(q, k, v, pos, keys)
+        elif pos:
             y = self.encoding.attend(q, k, v, pos)
         else:
             y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return _linear(y.transpose(1, 2).reshape(n, B, T, C), w["attn.proj.weight"])
+        return _linear(y.transpose(1, 2).reshape(n, B, T, C), w["attn.proj.weight"]), own
+
+    # ------------------------------------------------------------------ memory sharing
+
+    def _share_plan(self, T: int, device) -> list:
+        """``--kv-share first:W`` over a sequence of ``T`` (W < T), as
+        :meth:`~searchmaps.model.LoopedLM.pass_runner` walks each model's passes: per pass,
+        (whether some model keeps this pass's keys: a repeated layer's first pass, the pass
+        of each live model's source of keys or None (it reads only its own), or None when no
+        model of the pass reads another's, and the keys every live model reads: (query
+        positions, key positions, allowed (live, 1, 1, T, 2T) bool))."""
+        if T in self._shares:
+            return self._shares[T]
+        qpos, kpos, shared = share_keys(T, self.window, device)
+        own = torch.cat((torch.ones(T, T, dtype=torch.bool, device=device).tril(),
+                         torch.zeros(T, T, dtype=torch.bool, device=device)), dim=1)  # causal over its own keys
+        first: list[dict[int, int]] = [{} for _ in self.plans]  # model -> layer -> the pass that kept its keys
+        out = []
+        for p, (live, *_) in enumerate(self.steps):
+            keep, src = False, [None] * live
+            for m in range(live):
+                if p >= len(self.plans[m]):
+                    continue  # the masked ablation: a model past its last pass reads only its own keys
+                i, reuse = self.plans[m][p][0], self.reuses[m]
+                if reuse.applied_layers <= reuse.n_layers:
+                    continue  # no layer runs twice: nothing shared
+                if i in first[m]:
+                    src[m] = first[m][i]
+                elif reuse.repeats[i] > 1 or reuse.block > 1:
+                    first[m][i], keep = p, True
+            if any(q is not None for q in src):
+                allowed = torch.stack([shared if q is not None else own for q in src]).view(live, 1, 1, T, 2 * T)
+                out.append((keep, src, (qpos, kpos, allowed)))
+            else:
+                out.append((keep, None, None))
+        self._shares[T] = out
+        return out
+
+    def _shared(self, kept: dict, src: list, keys: tuple, live: int, B: int, T: int):
+        """The keys and values each live model reads besides its own (its source pass's;
+        zeros, never read, for a model with none), and ``keys`` with the mask per sequence."""
+        parts = []
+        for t in (0, 1):
+            rows = []
+            for m, q in enumerate(src):
+                if q is None:
+                    rows.append(None)
+                else:
+                    held = kept[q][t]
+                    rows.append(held.view(-1, B, *held.shape[1:])[m])
+            like = next(r for r in rows if r is not None)
+            parts.append(torch.cat([torch.zeros_like(like) if r is None else r for r in rows]))
+        qpos, kpos, allowed = keys
+        allowed = allowed.expand(live, B, 1, T, 2 * T).reshape(live * B, 1, T, 2 * T)
+        return (parts[0], parts[1]), (qpos, kpos, allowed)
 
     @staticmethod
     def _mlp(x: torch.Tensor, w: dict) -> torch.Tensor:
