@@ -182,8 +182,8 @@ def test_candidates_that_take_other_steps_or_configs_are_refused(corpus):
 
 def test_each_model_leaves_as_its_own_looped_lm_and_states_move_to_separate_trainings(corpus, tmp_path):
     """Candidates stacked to rung 0 of a ladder, each saved in a separate training's format,
-    then each continued alone: every row equals the ladder trained alone; seed_model is a
-    LoopedLM of that model's own map with its weights."""
+    then each continued alone, and the other way round: every row equals the ladder trained
+    alone; seed_model is a LoopedLM of that model's own map with its weights."""
     specs = candidates(("2,1", "1,1"), 1, schedule="wsd", tokens=STEPS * 2)
     horizons = [STEPS, STEPS * 2]
     lads = [make_ladder(s, horizons) for s in specs]
@@ -200,6 +200,12 @@ def test_each_model_leaves_as_its_own_looped_lm_and_states_move_to_separate_trai
     assert len(got) == len(full)
     for a in full:
         assert abs(got[a.map, a.seed, a.rung] - a.val_loss) < PACKED_TOL["fp32"], a
+    alone_files = [tmp_path / f"a{k}.pt" for k in range(len(specs))]  # and back: alone to rung 0, stacked on
+    for k, s in enumerate(specs):
+        train_ladder(s, horizons, corpus, last=0, save=alone_files[k])
+    resumed = train_stacked(specs, horizons, corpus, first=1, resume=alone_files)
+    for r, a in zip(resumed, [a for a in full if a.rung == 1]):
+        assert (r.map, r.seed, r.rung) == (a.map, a.seed, a.rung) and abs(r.val_loss - a.val_loss) < PACKED_TOL["fp32"]
 
 
 @pytest.mark.cuda
