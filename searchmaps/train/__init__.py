@@ -40,7 +40,7 @@ from .records import History, RungRecords, failure_reason, unrun_records, wanted
 from .step import (DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Distill, Guard, Stop, TrainStep, autocast, evaluate,
                    scored_tokens, validation_batches)
 
-__all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "evaluate", "validation_batches", "autocast", "resolve_device", "plan_steps", "lr_at",
+__all__ = ["train", "train_ladder", "train_or_fail", "train_packed", "train_packed_or_fail", "train_stacked", "evaluate", "validation_batches", "autocast", "resolve_device", "plan_steps", "lr_at",
            "DIVERGENCE_MARGIN", "DIVERGENCE_WINDOW", "TrainStep", "Distill", "Guard", "Stop", "History", "failure_reason"]
 
 
@@ -193,13 +193,47 @@ def train_packed(
     state file per seed. Returns every seed's records (seed, then rung), each with
     ``packed`` = the number of seeds; a seed that fails is recorded failed while the others
     go on. An error that is not a training's own fails every seed's rungs not yet recorded."""
-    from .packed import PackedHistory, PackedRungs, PackedTraining
-
     specs = list(specs)
     spec = specs[0]
     same = {dataclasses.replace(s, seed=spec.seed).config_hash() for s in specs}
     if len({s.seed for s in specs}) != len(specs) or len(same) != 1:
         raise ValueError("packed seeds must be one candidate's config with distinct seeds")
+    return _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every)
+
+
+def train_stacked(
+    specs: Sequence[TrialSpec],
+    horizons: Sequence[float] | None = None,
+    corpus: Corpus | None = None,
+    *,
+    record: Iterable[int] | None = None,
+    first: int = 0,
+    last: int | None = None,
+    resume: Sequence[str | os.PathLike] | None = None,
+    save: Sequence[str | os.PathLike | None] | None = None,
+    on_rung: Callable[[RunRecord], None] | None = None,
+    progress: bool = False,
+    sync_every: int | None = None,
+) -> list[RunRecord]:
+    """:func:`train_packed` for the seeds of several candidates trained as one stacked model
+    (:mod:`.stacked`): ``specs`` may differ in their map, ``--init`` and seed, nothing else
+    (the same model shape and training config, the same steps). Each record is the one a
+    separate training of its (candidate, seed) gives, with ``packed`` = the number of models
+    trained together. ValueError (the reason) where the specs cannot be stacked."""
+    from .packed import pack_problem, use_stacked
+
+    specs = list(specs)
+    problem = pack_problem(specs, [make_ladder(s, horizons) for s in specs])
+    if problem:
+        raise ValueError(problem)
+    use_stacked(specs, True)
+    return _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every)
+
+
+def _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every):
+    from .packed import PackedHistory, PackedRungs, PackedTraining
+
+    spec = specs[0]
     corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     lads = [make_ladder(s, horizons) for s in specs]
     n = len(specs)
@@ -211,7 +245,9 @@ def train_packed(
     rungs = PackedRungs(per_seed)
     torch.set_num_threads(spec.threads)
     seeds = ",".join(str(s.seed) for s in specs)
-    bar = _progress_bar(progress_total(lad, first, last, wanted), f"{spec.model.reuse} seeds {seeds}", progress)
+    what = (f"{spec.model.reuse} seeds {seeds}" if len({s.model for s in specs}) == 1
+            else f"{len({s.model for s in specs})} candidates, {n} models")
+    bar = _progress_bar(progress_total(lad, first, last, wanted), what, progress)
     history = PackedHistory.fresh(n)
     try:
         training = PackedTraining(specs, lads, corpus, device, bar, sync_every)

@@ -1,11 +1,13 @@
-"""Seeds packed into one training: S seeds of one candidate train as one computation.
+"""Models packed into one training: S seeds of one candidate, or the seeds of several
+candidates of one shape, train as one computation.
 
 The S models are built exactly as their separate trainings build them (``torch.manual_seed``
 then :class:`~searchmaps.model.LoopedLM`), and their weights are stacked along a leading
-seed dimension (``torch.func.stack_module_state``). One step runs the model's own forward
-under ``torch.vmap`` over that dimension (``functional_call``): every linear becomes one
-batched matrix product over the seeds, with the model's code unchanged, so every encoding,
-map kind and residual option packs as it trains alone. Each seed keeps its own data
+seed dimension (``torch.func.stack_module_state``). One step runs them as the stacked model
+(:mod:`.stacked`: batched products, plain attention on the models folded into the batch,
+any mix of maps), or, with ``stacked=False``, the model's own forward under ``torch.vmap``
+over that dimension (``functional_call``; one candidate's seeds only). Either way every encoding, map kind and
+residual option packs as it trains alone. Each seed keeps its own data
 stream; the seeds' losses are **summed**, so each seed's gradient is its own; gradients
 are clipped **per seed** (torch's global-norm formula applied to each seed's slice);
 AdamW is elementwise, so its state is per seed by construction.
@@ -46,6 +48,7 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
+from .stacked import StackedLM, stack_problem
 from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
 
 
@@ -99,6 +102,35 @@ def default_sync_every(device: str) -> int:
     return 1 if device == "cpu" else 50
 
 
+def pack_problem(specs: Sequence[TrialSpec], lads: Sequence[Ladder]) -> str | None:
+    """Why ``specs`` cannot train as one (None when they can): every model takes the same
+    steps with the same schedule and data, so the training configs, the data and the ladders'
+    steps must be the same (``--train-flops`` gives each map its own steps), and no
+    (candidate, seed) may come twice."""
+    if len({(s.train, s.data, s.device) for s in specs}) > 1:
+        return "packed models must share their training config, data and device; only the map, --init and seed may differ"
+    if len({(lad.steps, lad.starts, lad.warmup, tuple(tuple(lad.eval_steps(i)) for i in range(lad.rungs))) for lad in lads}) > 1:
+        return "packed models must take the same steps (--train-flops gives each map its own: use --tokens)"
+    if len({(s.model, s.seed) for s in specs}) < len(specs):
+        return "packed models must be distinct (candidate, seed) pairs"
+    return None
+
+
+def use_stacked(specs: Sequence[TrialSpec], stacked: bool | None = None) -> bool:
+    """Whether ``specs`` train as one stacked model (:mod:`.stacked`) or through ``vmap``:
+    ``stacked`` None takes the stacked model wherever it applies (faster, and the only one
+    that packs several candidates). ValueError, with the reason, where the choice cannot run."""
+    problem = stack_problem([s.model for s in specs])
+    one = len({s.model for s in specs}) == 1
+    if stacked is None:
+        stacked = problem is None
+    if stacked and problem:
+        raise ValueError(problem)
+    if not stacked and not one:
+        raise ValueError("the vmap path packs the seeds of one candidate; several candidates need the stacked model")
+    return stacked
+
+
 EVAL_CHUNK_TOKENS = 65_536  # validation tokens per seed in one batch off the CPU
 
 
@@ -119,31 +151,42 @@ def regroup(batches: list[tuple[torch.Tensor, torch.Tensor]], tokens: int) -> li
 
 
 class PackedTraining:
-    """The seeds of ``specs`` (one candidate; the specs differ in their seed only) trained
-    as one on ``corpus`` along ``lads`` (each seed's ladder; they differ in the seed only).
-    A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
+    """The models of ``specs`` trained as one on ``corpus`` along ``lads`` (each one's
+    ladder). The specs differ in their seed, or, stacked, in their map and ``--init`` too;
+    their training configs and ladders' steps are the same (:func:`pack_problem`).
+    ``stacked``: the stacked model (None: wherever it applies, :func:`use_stacked`) or
+    ``vmap``. A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
 
     def __init__(self, specs: Sequence[TrialSpec], lads: Sequence[Ladder], corpus: Corpus, device: str, bar=None,
-                 sync_every: int | None = None, math_attention: bool | None = None):
+                 sync_every: int | None = None, math_attention: bool | None = None, stacked: bool | None = None):
         spec = specs[0]
         cfg, t = spec.model, spec.train
         self.specs, self.lads, self.lad, self.n = list(specs), list(lads), lads[0], len(specs)
         self.device, self.precision, self.bar, self.grad_clip = device, t.precision, bar, t.grad_clip
         self.per_step = tokens_per_step(spec)
         self.sync_every = sync_every or default_sync_every(device)
+        problem = pack_problem(specs, lads)
+        if problem:
+            raise ValueError(problem)
+        self.stacked = use_stacked(specs, stacked)
         # CUDA's fused attention kernels do not survive vmap (torch 2.11: the efficient kernel's
         # backward rejects the batched layout, "LSE is not correctly aligned"; bf16 gave NaN at
-        # step 2): packed attention runs torch's math attention there, whose matrix products and
+        # step 2): vmapped attention runs torch's math attention there, whose matrix products and
         # softmax vmap batches like any other. On the CPU vmap runs the fused kernel seed by seed.
-        self.math_attention = device != "cpu" if math_attention is None else math_attention
+        # The stacked model calls plain attention, on whichever kernel torch picks.
+        if math_attention is None:
+            math_attention = device != "cpu" and not self.stacked
+        self.math_attention = math_attention
         models = []
-        for s in specs:  # the generator stream of each seed's separate training
+        for s in specs:  # the generator stream of each seed's separate training, with its own config
             torch.manual_seed(s.seed)
-            models.append(LoopedLM(cfg))
+            models.append(LoopedLM(s.model))
         params, buffers = stack_module_state(models)
         self.params = {k: v.detach().to(device).requires_grad_() for k, v in params.items()}
         self.buffers = {k: v.to(device) for k, v in buffers.items()}
         self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
+        # one model per candidate, the shell seed_model copies a model's weights into
+        self.templates = {s.model: m.to(device) for s, m in reversed(list(zip(specs, models)))}
         self.opt = adamw(list(self.params.values()), spec, stacked=True)
         self.micro_batch = t.micro_batch
         self.val = validation_batches(corpus, spec)
@@ -156,11 +199,19 @@ class PackedTraining:
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
         self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
 
-        def loss(p, b, x, y):
-            return functional_call(self.template, (p, b), (x, y))[1]
+        if self.stacked:
+            model = StackedLM([s.model for s in specs], self.template)
 
-        self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
-        self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
+            def stacked_losses(p, b, x, y):
+                return model.losses(p, x, y)
+
+            self._train_losses = self._val_losses = stacked_losses
+        else:
+            def loss(p, b, x, y):
+                return functional_call(self.template, (p, b), (x, y))[1]
+
+            self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
+            self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
         if t.compile:  # one graph for the whole packed step's forward: the map is unrolled in it
             import torch._dynamo as dynamo  # `as`: a bare `import torch._dynamo` would make torch local here
 
@@ -350,7 +401,7 @@ class PackedTraining:
 
     def seed_model(self, s: int) -> LoopedLM:
         """Seed ``s`` as a model of its own (a copy of its weights)."""
-        model = copy.deepcopy(self.template)
+        model = copy.deepcopy(self.templates[self.specs[s].model])
         with torch.no_grad():
             for name, p in model.named_parameters():
                 p.copy_(self.params[name][s])
