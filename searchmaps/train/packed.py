@@ -46,6 +46,8 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
+from .packed_step import (GraphedStep, SeedViews, StartsAhead, StepOptions, clip_per_seed, clip_per_tensor,
+                          load_optimizer_in_place, lr_dtype, to_device)
 from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
 
 
@@ -124,7 +126,7 @@ class PackedTraining:
     A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
 
     def __init__(self, specs: Sequence[TrialSpec], lads: Sequence[Ladder], corpus: Corpus, device: str, bar=None,
-                 sync_every: int | None = None, math_attention: bool | None = None):
+                 sync_every: int | None = None, math_attention: bool | None = None, step: StepOptions | None = None):
         spec = specs[0]
         cfg, t = spec.model, spec.train
         self.specs, self.lads, self.lad, self.n = list(specs), list(lads), lads[0], len(specs)
@@ -144,15 +146,12 @@ class PackedTraining:
         self.params = {k: v.detach().to(device).requires_grad_() for k, v in params.items()}
         self.buffers = {k: v.to(device) for k, v in buffers.items()}
         self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
-        self.opt = adamw(list(self.params.values()), spec, stacked=True)
         self.micro_batch = t.micro_batch
         self.val = validation_batches(corpus, spec)
         if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
             self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed) for s in specs]
-        # off the CPU the training split lives on the device, and batches are gathered there
-        self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
-        self._window = torch.arange(cfg.seq_len + 1, device=device)
+        self._setup_step(step or StepOptions(), spec, corpus)
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
         self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
 
@@ -161,7 +160,7 @@ class PackedTraining:
 
         self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
         self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
-        if t.compile:  # one graph for the whole packed step's forward: the map is unrolled in it
+        if t.compile or self.options.compile_step:  # one graph for the packed forward: the map unrolled in it
             import torch._dynamo as dynamo  # `as`: a bare `import torch._dynamo` would make torch local here
 
             # every vmap call shares functorch's one `wrapped` frame, so training and validation, grad
@@ -171,6 +170,8 @@ class PackedTraining:
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
             self._train_losses = torch.compile(self._train_losses, dynamic=False)
             self._val_losses = torch.compile(self._val_losses, dynamic=False)
+        if self.options.compile_step:  # clipping and the update too: the whole step compiled
+            self._clip_and_update = torch.compile(self._clip_and_update)
 
     # ------------------------------------------------------------------ steps
 
@@ -192,39 +193,90 @@ class PackedTraining:
             self._mask_key, self._mask = key, torch.tensor(key, device=self.device)
         return self._mask
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every seed's next batch, ``x`` and ``y`` [S, B, T], on the device: the windows
-        each seed's own stream gives, gathered where the model runs."""
+    # ------------------------------------------------------------------ the step (packed_step)
+
+    def _setup_step(self, options: StepOptions, spec: TrialSpec, corpus: Corpus) -> None:
+        """The step's machinery, each part a switch of ``options`` (:mod:`.packed_step`)."""
+        self.options = o = options.resolved(self.device, spec.train.compile)
+        self._lr = torch.tensor(spec.train.lr, dtype=lr_dtype(self.device), device=self.device) if o.tensor_lr else None
+        self.opt = adamw(list(self.params.values()), spec, stacked=True, lr=self._lr, capturable=o.cuda_graph)
+        self._ahead = StartsAhead(self.batches, o.read_ahead, self.device) if o.read_ahead else None
+        self._train_split = corpus.train
+        # the training split resident where the model runs (int32: what the gather indexes fastest)
+        self._tokens = torch.from_numpy(corpus.train.astype(np.int32)).to(self.device) if o.device_tokens else None
+        self._offsets = np.arange(spec.model.seq_len + 1)
+        self._window = torch.arange(spec.model.seq_len + 1, device=self.device)
+        self._views, self._graph = SeedViews(), None
+
+    def _next_starts(self) -> tuple[torch.Tensor | None, np.ndarray]:
+        """Every seed's next window starts [S, B]: on the device (None without a resident
+        token buffer) and on the host."""
+        if self._ahead is not None:
+            return self._ahead.take()
+        host = np.stack([b.next_starts() for b in self.batches])
+        return (torch.from_numpy(host).to(self.device) if self._tokens is not None else None), host
+
+    def _gather(self, starts: torch.Tensor | None, host: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The windows at ``starts``, ``x`` and ``y`` [S, B, T] int64 on the device."""
         if self._tokens is None:
-            batch = [next(b) for b in self.batches]
-            return torch.stack([b[0] for b in batch]), torch.stack([b[1] for b in batch])
-        starts = torch.from_numpy(np.stack([b.next_starts() for b in self.batches])).to(self.device)
-        windows = self._tokens[starts[..., None] + self._window].long()
+            windows = torch.from_numpy(self._train_split[host[..., None] + self._offsets].astype(np.int64)).to(self.device)
+        else:
+            windows = self._tokens[starts[..., None] + self._window].long()
         return windows[..., :-1], windows[..., 1:]
 
-    def _step(self, batch, lr: float, alive: torch.Tensor) -> torch.Tensor:
-        """One update of every seed in ``alive`` (a bool [S] tensor on the device) on
-        ``batch`` (:meth:`_next_batch`); returns the seeds' losses [S], still on the device."""
-        x, y = batch
-        for group in self.opt.param_groups:
-            group["lr"] = lr
+    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every seed's next batch, ``x`` and ``y`` [S, B, T], on the device: the windows
+        each seed's own stream gives."""
+        return self._gather(*self._next_starts())
+
+    def _set_lr(self, lr: float | torch.Tensor) -> None:
+        if self._lr is None:
+            for group in self.opt.param_groups:
+                group["lr"] = float(lr)
+        elif torch.is_tensor(lr):
+            self._lr.copy_(lr, non_blocking=True)
+        else:
+            self._lr.fill_(lr)
+
+    def _step(self, lr: float | torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """One update of every seed in ``alive`` (a bool [S] tensor on the device) on its
+        next batch at learning rate ``lr`` (a float, or a 0-dim tensor on the device);
+        returns the seeds' losses [S], still on the device. No host sync on the way."""
+        self._set_lr(lr)
+        starts, host = self._next_starts()
+        if self.options.cuda_graph and starts is not None:
+            if self._graph is None:
+                self._graph = GraphedStep(self._run, self._snapshot, self._rewind, starts, alive)
+            return self._graph(starts, alive)
+        return self._update(*self._gather(starts, host), alive)
+
+    def _run(self, starts: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        return self._update(*self._gather(starts, None), alive)
+
+    def _zero_grad(self) -> None:
+        if not self.options.vector_clip:
+            self.opt.zero_grad(set_to_none=True)
+        elif self._views.grads:  # gradients persist (their per-seed views are made once): zeroed in place
+            torch._foreach_zero_(self._views.grads)
+
+    def _update(self, x: torch.Tensor, y: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """Forward, backward, per-seed clip and AdamW update on ``x, y`` [S, B, T]."""
         if self.micro_batch and self.micro_batch < x.shape[1]:
             return self._accumulate(x, y, alive)
         with self._kernels():
             losses = self._train_losses(self.params, self.buffers, x, y)
         ok = alive & torch.isfinite(losses.detach())
-        self.opt.zero_grad(set_to_none=True)
+        self._zero_grad()
         torch.where(ok, losses, torch.zeros_like(losses)).sum().backward()
-        self._clip(ok)
-        self.opt.step()
+        self._apply(ok)
         return losses.detach()
 
     def _accumulate(self, x, y, alive: torch.Tensor) -> torch.Tensor:
-        """:meth:`_step` with ``--micro-batch``: each seed's batch in chunks of
+        """:meth:`_update` with ``--micro-batch``: each seed's batch in chunks of
         ``micro_batch`` sequences, every chunk's losses weighted by its share of the batch and
         their gradients accumulated (a seed's chunk that is not finite adds nothing; the
         seed is then left out of the update by its whole-batch loss, as unpacked)."""
-        self.opt.zero_grad(set_to_none=True)
+        self._zero_grad()
         total = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
         for i in range(0, x.shape[1], self.micro_batch):
             xc, yc = x[:, i:i + self.micro_batch], y[:, i:i + self.micro_batch]
@@ -233,21 +285,22 @@ class PackedTraining:
             ok = alive & torch.isfinite(part.detach())
             torch.where(ok, part, torch.zeros_like(part)).sum().backward()
             total += part.detach().float()
-        self._clip(alive & torch.isfinite(total))
-        self.opt.step()
+        self._apply(alive & torch.isfinite(total))
         return total
 
-    def _clip(self, ok: torch.Tensor) -> None:
-        """Per seed, what ``clip_grad_norm_`` does to one model: the norm of the per-tensor
-        norms, coefficient ``max / (norm + 1e-6)`` clamped to 1; seeds not ``ok`` get zero."""
-        grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads])  # [P, S]
-        total = torch.linalg.vector_norm(norms, dim=0)  # [S]
-        coef = torch.clamp(self.grad_clip / (total + 1e-6), max=1.0)
-        coef = torch.where(ok, coef, torch.zeros_like(coef))
-        for g in grads:
-            shape = (-1,) + (1,) * (g.dim() - 1)
-            g.copy_(torch.where(ok.view(shape), g * coef.view(shape).to(g.dtype), torch.zeros_like(g)))
+    def _apply(self, ok: torch.Tensor) -> None:
+        """Clip each seed's gradients and update the weights (``ok``: the seeds that take it)."""
+        self._clip_and_update(ok, self._views(list(self.params.values()))[1] if self.options.vector_clip else None)
+
+    def _clip_and_update(self, ok: torch.Tensor, per_seed: list[list[torch.Tensor]] | None) -> None:
+        """Per seed, what ``clip_grad_norm_`` does to one model (the norm of the per-tensor
+        norms, coefficient ``max / (norm + 1e-6)`` clamped to 1; seeds not ``ok`` get zero),
+        then AdamW. Compiled with ``compile_step``."""
+        if per_seed is not None:
+            clip_per_seed(per_seed, self.grad_clip, ok)
+        else:
+            clip_per_tensor([p.grad for p in self.params.values() if p.grad is not None], self.grad_clip, ok)
+        self.opt.step()
 
     def _check(self, history: PackedHistory, pending: list[tuple[int, torch.Tensor]]) -> None:
         """Read the pending losses and run each live seed's checks step by step, as its own
@@ -276,11 +329,15 @@ class PackedTraining:
         running = history.alive
         t0, c0 = time.perf_counter(), time.process_time()
         pending: list[tuple[int, torch.Tensor]] = []
+        first = history.step + 1
+        rates = [lr_at(step - 1, rsteps, rspec) for step in range(first, until + 1)]
+        if self._lr is not None:  # the segment's learning rates on the device, in one copy
+            rates = to_device(rates, self._lr.dtype, self.device)
         try:
             while history.step < until and history.alive:
                 step = history.step + 1
                 alive = self._alive_mask(history)
-                pending.append((step, self._step(self._next_batch(), lr_at(step - 1, rsteps, rspec), alive)))
+                pending.append((step, self._step(rates[step - first], alive)))
                 history.step = step
                 if self.bar is not None:
                     self.bar.update(1)
@@ -336,17 +393,43 @@ class PackedTraining:
 
     # ------------------------------------------------------------------ ladder states
 
-    def keep(self) -> tuple:
-        return ({k: v.detach().clone() for k, v in self.params.items()}, copy.deepcopy(self.opt.state_dict()),
-                [b.state() for b in self.batches])
+    def _snapshot(self) -> tuple:
+        return {k: v.detach().clone() for k, v in self.params.items()}, copy.deepcopy(self.opt.state_dict())
 
-    def restore(self, kept: tuple) -> None:
+    def _rewind(self, kept: tuple) -> None:
         with torch.no_grad():
             for k, v in kept[0].items():
                 self.params[k].copy_(v)
-        self.opt.load_state_dict(kept[1])
-        for b, state in zip(self.batches, kept[2]):
+        self._load_optimizer(kept[1])
+
+    def _load_optimizer(self, state: dict) -> None:
+        """The optimiser state ``state``, copied into the live tensors where it can be (a
+        compiled update and a captured step hold them), else loaded afresh."""
+        if load_optimizer_in_place(self.opt, state):
+            return
+        self.opt.load_state_dict(state)
+        if self._lr is not None:  # loading replaced the learning rate tensor the step writes
+            for group in self.opt.param_groups:
+                group["lr"] = self._lr
+        self._graph = None  # its tensors are gone: capture again
+
+    def _streams_state(self) -> list[dict]:
+        if self._ahead is not None:
+            self._ahead.settle()
+        return [b.state() for b in self.batches]
+
+    def _rewind_streams(self, states: Sequence[dict]) -> None:
+        for b, state in zip(self.batches, states):
             b.restore(state)
+        if self._ahead is not None:
+            self._ahead.drop()
+
+    def keep(self) -> tuple:
+        return (*self._snapshot(), self._streams_state())
+
+    def restore(self, kept: tuple) -> None:
+        self._rewind(kept[:2])
+        self._rewind_streams(kept[2])
 
     def seed_model(self, s: int) -> LoopedLM:
         """Seed ``s`` as a model of its own (a copy of its weights)."""
@@ -360,11 +443,14 @@ class PackedTraining:
         full = self.opt.state_dict()
         state = {i: {k: (v[s].clone() if torch.is_tensor(v) and v.dim() > 0 else copy.deepcopy(v))
                      for k, v in st.items()} for i, st in full["state"].items()}
-        return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+        groups = [{k: (float(v) if k == "lr" and torch.is_tensor(v) else copy.deepcopy(v)) for k, v in g.items()}
+                  for g in full["param_groups"]]  # a separate training's format: the rate a float
+        return {"state": state, "param_groups": groups}
 
     def save(self, targets: Sequence[str | os.PathLike | None], rung: int, history: PackedHistory) -> None:
         """Each live seed's state at rung ``rung``'s cooldown start, in the format of its
         separate training (:meth:`~searchmaps.train.ladder.Training.save`), written atomically."""
+        streams = self._streams_state()
         for s in history.alive:
             if targets[s] is None:
                 continue
@@ -372,7 +458,7 @@ class PackedTraining:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
             torch.save({"key": state_key(self.lads[s], rung), "model": self.seed_model(s).state_dict(),
-                        "optimizer": self._seed_optimizer_state(s), "batches": self.batches[s].state(),
+                        "optimizer": self._seed_optimizer_state(s), "batches": streams[s],
                         "path": dataclasses.asdict(history.seeds[s])}, tmp)
             os.replace(tmp, target)
 
@@ -392,8 +478,7 @@ class PackedTraining:
             per = [state["optimizer"]["state"][i] for state in states]
             opt["state"][i] = {k: (torch.stack([d[k] for d in per]) if torch.is_tensor(v) and v.dim() > 0 else v)
                                for k, v in per[0].items()}
-        self.opt.load_state_dict(opt)
-        for b, state in zip(self.batches, states):
-            b.restore(state["batches"])
+        self._load_optimizer(opt)
+        self._rewind_streams([state["batches"] for state in states])
         seeds = [History(**state["path"]) for state in states]
         return PackedHistory(seeds, [None] * self.n, seeds[0].step)
