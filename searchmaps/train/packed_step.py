@@ -35,7 +35,7 @@ class StepOptions:
     """Switches of the packed step (None: the default for the device, :meth:`resolved`)."""
 
     read_ahead: int | None = None  # steps of window starts drawn and copied at once (0: every step)
-    device_tokens: bool | None = None  # training tokens resident on the device, batches gathered there
+    device_tokens: bool | None = None  # training tokens resident on the device, batches gathered there (None: on CUDA)
     tensor_lr: bool = True  # learning rate as a device tensor
     vector_clip: bool = True  # per-seed clipping in foreach kernels
     compile_step: bool | None = None  # clip + update compiled (None: the spec's --compile)
@@ -46,7 +46,7 @@ class StepOptions:
         step = compile if self.compile_step is None else self.compile_step
         return dataclasses.replace(
             self, read_ahead=DEFAULT_READ_AHEAD if self.read_ahead is None else self.read_ahead,
-            device_tokens=True if self.device_tokens is None else self.device_tokens,
+            device_tokens=cuda if self.device_tokens is None else self.device_tokens,
             compile_step=step, cuda_graph=(cuda and step) if self.cuda_graph is None else (self.cuda_graph and cuda))
 
 
