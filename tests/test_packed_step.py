@@ -107,7 +107,7 @@ def test_saved_mid_block_a_state_resumes_exactly_packed_and_alone(corpus, tmp_pa
     """A state saved at a rung's cooldown start that falls mid-block holds each stream's
     position after the batches read (not the block's end): loaded packed or alone, the
     training ends where one that never stopped ends."""
-    specs = seeds(2, schedule="wsd")
+    specs = seeds(2, schedule="wsd", tokens=16 * 4 * 32)  # cooldown from step 13
     lads = [make_ladder(s) for s in specs]
     start = lads[0].starts[0]
     assert start % 5, "the state should fall mid-block"
