@@ -80,7 +80,7 @@ def main() -> None:
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", choices=["on", "off"], default=None, help="--compile of the specs (default on CUDA)")
     p.add_argument("--seconds", type=float, default=None, help="timed seconds per line (default 5 CPU, 3 GPU)")
-    p.add_argument("--repeats", type=int, default=1, help="time every line this many times (round robin), keep the best")
+    p.add_argument("--repeats", type=int, default=1, help="times per line (round robin); the best is kept")
     args = p.parse_args()
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")

@@ -66,7 +66,8 @@ OFF = [{"read_ahead": 0}, {"read_ahead": 5}, {"device_tokens": True}, {"read_ahe
 CLIP_MICRO = {"grad_clip": 0.01, "micro_batch": 2}  # a clip that binds, gradients accumulated
 
 
-@pytest.mark.parametrize("off, kw", [(o, {}) for o in OFF] + [(o, CLIP_MICRO) for o in OFF if len(o) == 1 and "read_ahead" not in o],
+@pytest.mark.parametrize("off, kw", [(o, {}) for o in OFF]
+                         + [(o, CLIP_MICRO) for o in OFF if len(o) == 1 and "read_ahead" not in o],
                          ids=lambda v: "-".join(f"{k}={x}" for k, x in v.items()) or "plain")
 def test_each_technique_switched_off_gives_the_same_weights(corpus, off, kw):
     specs = seeds(2, **kw)
@@ -75,6 +76,18 @@ def test_each_technique_switched_off_gives_the_same_weights(corpus, off, kw):
     assert same_weights(on, without)
     assert [h.losses for h in losses[0]] == [h.losses for h in losses[1]]
     assert on.evaluate() == without.evaluate()
+
+
+def test_a_state_kept_before_the_first_step_restores_a_fresh_optimiser(corpus):
+    specs = seeds(2)
+    fresh, rewound = packed(corpus, specs), packed(corpus, specs)
+    kept = rewound.keep()
+    run(rewound, 3)
+    rewound.restore(kept)  # the moments zeroed in place and the step counters back to 0: AdamW's fresh state
+    history = PackedHistory.fresh(2)
+    for t in (fresh, rewound):
+        run(t, 4, history.copy())
+    assert same_weights(fresh, rewound)
 
 
 def test_the_defaults_on_the_cpu(corpus):
@@ -97,7 +110,9 @@ def test_keep_and_restore_mid_block_continue_exactly(corpus):
     kept = branched.keep()
     run(branched, 11, history.copy())
     assert not same_weights(straight, branched)
+    moments = [id(v) for st in branched.opt.state.values() for v in st.values()]
     branched.restore(kept)
+    assert [id(v) for st in branched.opt.state.values() for v in st.values()] == moments  # copied in place
     run(branched, STEPS, history)
     assert same_weights(straight, branched)
     assert straight.keep()[2] == branched.keep()[2]
@@ -123,6 +138,7 @@ def test_saved_mid_block_a_state_resumes_exactly_packed_and_alone(corpus, tmp_pa
     assert all(isinstance(g["lr"], float) for s in saved for g in s["optimizer"]["param_groups"])
     resumed = packed(corpus, specs, read_ahead=5)
     run(resumed, start + 5, resumed.load(files, 0))
+    assert all(g["lr"] is resumed._lr for g in resumed.opt.param_groups)  # loaded afresh, the rate re-pointed
     assert same_weights(whole, resumed)
     alone = Training(specs[1], lads[1], corpus, "cpu")  # the same file continues a separate training
     path = alone.load(files[1], 0)
@@ -208,7 +224,8 @@ def test_the_cuda_graph_step_gives_the_eager_numbers(corpus, precision):
     the same step run eagerly on the same GPU."""
     specs = [dataclasses.replace(s, device="cuda") for s in seeds(3, precision=precision, compile=False)]
     lads = [make_ladder(s) for s in specs]
-    runs = [PackedTraining(specs, lads, corpus, "cuda", step=StepOptions(cuda_graph=g, read_ahead=4)) for g in (False, True)]
+    runs = [PackedTraining(specs, lads, corpus, "cuda", step=StepOptions(cuda_graph=g, read_ahead=4))
+            for g in (False, True)]
     for t in runs:
         history = run(t, 5)
         kept = t.keep()

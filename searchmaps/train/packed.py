@@ -179,7 +179,10 @@ class PackedTraining:
     def _kernels(self):
         """Autocast for the precision, and the attention kernels packing can use."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(autocast(self.device, self.precision))
+            if self.precision == "bf16" and self.device.startswith("cuda") and torch.cuda.is_current_stream_capturing():
+                stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False))
+            else:
+                stack.enter_context(autocast(self.device, self.precision))
             stack.enter_context(warnings.catch_warnings())
             # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
             warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
@@ -219,7 +222,8 @@ class PackedTraining:
     def _gather(self, starts: torch.Tensor | None, host: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
         """The windows at ``starts``, ``x`` and ``y`` [S, B, T] int64 on the device."""
         if self._tokens is None:
-            windows = torch.from_numpy(self._train_split[host[..., None] + self._offsets].astype(np.int64)).to(self.device)
+            windows = self._train_split[host[..., None] + self._offsets].astype(np.int64)
+            windows = torch.from_numpy(windows).to(self.device)
         else:
             windows = self._tokens[starts[..., None] + self._window].long()
         return windows[..., :-1], windows[..., 1:]

@@ -17,7 +17,7 @@ Each technique is a switch of :class:`StepOptions` (the benchmark turns them off
   and one ``_foreach_mul_`` per seed, on gradients that persist between steps;
 - ``compile_step``: clipping and the AdamW update compiled (``torch.compile``) beside the
   compiled forward and backward (the spec's ``--compile``);
-- ``cuda_graph``: on CUDA the whole step (gather, forward, backward, clip, update) captured once
+- ``cuda_graph`` (opt-in): on CUDA the whole step (gather, forward, backward, clip, update) captured once
   as a CUDA graph and replayed, its inputs (starts, learning rate, live seeds) static tensors.
 """
 
@@ -39,7 +39,7 @@ class StepOptions:
     tensor_lr: bool = True  # learning rate as a device tensor
     vector_clip: bool = True  # per-seed clipping in foreach kernels
     compile_step: bool | None = None  # clip + update compiled (None: the spec's --compile)
-    cuda_graph: bool | None = None  # whole step as a CUDA graph (None: on CUDA with compile_step)
+    cuda_graph: bool = False  # whole step as a CUDA graph (CUDA only; opt-in until its test has run on a GPU)
 
     def resolved(self, device: str, compile: bool) -> "StepOptions":
         cuda = device.startswith("cuda")
@@ -47,7 +47,8 @@ class StepOptions:
         return dataclasses.replace(
             self, read_ahead=DEFAULT_READ_AHEAD if self.read_ahead is None else self.read_ahead,
             device_tokens=cuda if self.device_tokens is None else self.device_tokens,
-            compile_step=step, cuda_graph=(cuda and step) if self.cuda_graph is None else (self.cuda_graph and cuda))
+            # the graph reads the rate from its tensor (a float would be frozen into it at capture)
+            compile_step=step, cuda_graph=bool(self.cuda_graph and cuda and self.tensor_lr))
 
 
 DEFAULT_READ_AHEAD = 64  # steps of window starts per copy
@@ -151,21 +152,24 @@ def load_optimizer_in_place(opt: torch.optim.Optimizer, state: dict) -> bool:
     has no state yet or the layouts differ: then load it the ordinary way."""
     params = [p for group in opt.param_groups for p in group["params"]]
     live = [opt.state.get(p) for p in params]
-    if not all(live):
-        return False
     given = state["state"]
-    if given and (set(given) != set(range(len(params)))
-                  or any(set(given[i]) != set(live[i]) or any(torch.is_tensor(v) and v.shape != live[i][k].shape
-                                                              for k, v in given[i].items()) for i in range(len(params)))):
+    if not all(live) or (given and not all(_same_layout(live[i], given.get(i)) for i in range(len(params)))):
         return False
     with torch.no_grad():
         for i, st in enumerate(live):
             for k, v in st.items():
-                if given:
-                    v.copy_(given[i][k]) if torch.is_tensor(v) else st.__setitem__(k, given[i][k])
-                elif torch.is_tensor(v):
+                if not torch.is_tensor(v):
+                    st[k] = given[i][k] if given else v
+                elif given:
+                    v.copy_(given[i][k])
+                else:
                     v.zero_()
     return True
+
+
+def _same_layout(live: dict, given: dict | None) -> bool:
+    return given is not None and set(live) == set(given) and all(
+        not torch.is_tensor(v) or (torch.is_tensor(given[k]) and given[k].shape == v.shape) for k, v in live.items())
 
 
 class GraphedStep:
@@ -188,7 +192,6 @@ class GraphedStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.losses = run(self.starts, self.alive)
-        rewind(kept)  # capture ran no kernel, but keep the order plain
 
     def __call__(self, starts: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         self.starts.copy_(starts, non_blocking=True)
