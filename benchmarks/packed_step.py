@@ -80,10 +80,14 @@ def main() -> None:
     p.add_argument("--precision", default=None, help="fp32 or bf16 (default bf16 on CUDA, fp32 on CPU)")
     p.add_argument("--compile", choices=["on", "off"], default=None, help="--compile of the specs (default on CUDA)")
     p.add_argument("--seconds", type=float, default=None, help="timed seconds per line (default 5 CPU, 3 GPU)")
+    p.add_argument("--threads", type=int, default=1, help="CPU threads (default 1: a loaded host's spinning threads "
+                   "swamp a tiny step)")
     p.add_argument("--repeats", type=int, default=1, help="times per line (round robin); the best is kept")
     args = p.parse_args()
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
+    if not cuda:
+        torch.set_num_threads(args.threads)
     precision = args.precision or ("bf16" if cuda else "fp32")
     compile = cuda if args.compile is None else args.compile == "on"
     specs = specs_for(args.tiny, args.seeds, precision, compile, device, args.batch or (4 if args.tiny else 16))
