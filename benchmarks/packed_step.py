@@ -8,7 +8,7 @@ per-seed clipping in foreach kernels, the compiled clip+update, the CUDA graph.
                                                                  # 4 layers, vocabulary 1,024), 5 seeds
 
 Each line is one configuration timed after a warm-up (the compile, the capture): ``all on``
-first, then one technique off per line, then ``all off`` (the step before them). Ratios are
+(with the opt-in CUDA graph on a GPU) first, then one technique off per line, then ``all off`` (the step before them). Ratios are
 to ``all on`` of the same run; compare figures within one run only. Tokens are synthetic
 (uniform ids): the step's cost does not depend on them. Validation is not timed.
 """
@@ -99,13 +99,14 @@ def main() -> None:
     print(f"device: {name}; torch {torch.__version__}; {len(specs)} seeds x {specs[0].train.batch_size} x "
           f"{m.seq_len} tokens a step; d {m.d_model}, {m.n_layers} layers, vocab {m.vocab_size}; {precision}; "
           f"compile {'on' if compile else 'off'}")
-    lines = {"all on": {}}
-    resolved = StepOptions().resolved(device, compile)
+    on = {"cuda_graph": True} if cuda else {}  # the graph is opt-in: measured here
+    lines = {"all on": on}
+    resolved = StepOptions(**on).resolved(device, compile)
     for technique, off in OFF.items():
         if getattr(resolved, technique):  # only what is on here can be switched off
-            lines[f"{technique} off"] = off
+            lines[f"{technique} off"] = {**on, **off}
         elif technique == "device_tokens":  # off by default on the CPU: what it would give there
-            lines[f"{technique} on"] = {technique: True}
+            lines[f"{technique} on"] = {**on, technique: True}
     lines["all off"] = {k: v for off in OFF.values() for k, v in off.items()}
     best = dict.fromkeys(lines, 0.0)
     for _ in range(args.repeats):  # round robin: a load that comes and goes touches every line alike
