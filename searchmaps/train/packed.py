@@ -15,7 +15,9 @@ stopped and recorded failed with its reason, the step it failed at and the histo
 the others go on. Losses stay on the device and are checked every ``sync_every`` steps (1
 on CPU: the same steps as a separate training; more on a GPU, where reading a loss waits
 for the device): a seed that fails between two checks is found at the next, and its record
-says the step it failed at. A stopped seed's weights are masked out of every later update.
+says the step it failed at. A stopped seed's gradients are scaled by zero from then on
+(its weights are never read again). The step itself runs with no host in the loop
+(:mod:`.packed_step`: starts read ahead, the rate a device tensor, foreach clipping).
 
 :class:`PackedTraining` is a :class:`~searchmaps.train.ladder.Climber`: horizon ladders,
 their branches and saved states work packed. States are saved per seed, in the format of
