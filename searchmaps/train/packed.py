@@ -35,7 +35,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -48,9 +47,8 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
-from .packed_step import (GraphedStep, SeedViews, StartsAhead, StepOptions, clip_per_seed, clip_per_tensor,
-                          load_optimizer_in_place, lr_dtype, to_device)
-from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
+from .packed_step import GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, to_device
+from .step import DIVERGENCE_WINDOW, Guard, Stop, autocast, validation_batches
 
 
 @dataclasses.dataclass
@@ -122,7 +120,7 @@ def regroup(batches: list[tuple[torch.Tensor, torch.Tensor]], tokens: int) -> li
     return out
 
 
-class PackedTraining:
+class PackedTraining(StepMachinery):
     """The seeds of ``specs`` (one candidate; the specs differ in their seed only) trained
     as one on ``corpus`` along ``lads`` (each seed's ladder; they differ in the seed only).
     A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
@@ -200,50 +198,6 @@ class PackedTraining:
 
     # ------------------------------------------------------------------ the step (packed_step)
 
-    def _setup_step(self, options: StepOptions, spec: TrialSpec, corpus: Corpus) -> None:
-        """The step's machinery, each part a switch of ``options`` (:mod:`.packed_step`)."""
-        self.options = o = options.resolved(self.device, spec.train.compile)
-        self._lr = torch.tensor(spec.train.lr, dtype=lr_dtype(self.device), device=self.device) if o.tensor_lr else None
-        self.opt = adamw(list(self.params.values()), spec, stacked=True, lr=self._lr, capturable=o.cuda_graph)
-        self._ahead = StartsAhead(self.batches, o.read_ahead, self.device) if o.read_ahead else None
-        self._train_split = corpus.train
-        # the training split resident where the model runs (int32: what the gather indexes fastest)
-        self._tokens = torch.from_numpy(corpus.train.astype(np.int32)).to(self.device) if o.device_tokens else None
-        self._offsets = np.arange(spec.model.seq_len + 1)
-        self._window = torch.arange(spec.model.seq_len + 1, device=self.device)
-        self._views, self._graph = SeedViews(), None
-
-    def _next_starts(self) -> tuple[torch.Tensor | None, np.ndarray]:
-        """Every seed's next window starts [S, B]: on the device (None without a resident
-        token buffer) and on the host."""
-        if self._ahead is not None:
-            return self._ahead.take()
-        host = np.stack([b.next_starts() for b in self.batches])
-        return (torch.from_numpy(host).to(self.device) if self._tokens is not None else None), host
-
-    def _gather(self, starts: torch.Tensor | None, host: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The windows at ``starts``, ``x`` and ``y`` [S, B, T] int64 on the device."""
-        if self._tokens is None:
-            windows = self._train_split[host[..., None] + self._offsets].astype(np.int64)
-            windows = torch.from_numpy(windows).to(self.device)
-        else:
-            windows = self._tokens[starts[..., None] + self._window].long()
-        return windows[..., :-1], windows[..., 1:]
-
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every seed's next batch, ``x`` and ``y`` [S, B, T], on the device: the windows
-        each seed's own stream gives."""
-        return self._gather(*self._next_starts())
-
-    def _set_lr(self, lr: float | torch.Tensor) -> None:
-        if self._lr is None:
-            for group in self.opt.param_groups:
-                group["lr"] = float(lr)
-        elif torch.is_tensor(lr):
-            self._lr.copy_(lr, non_blocking=True)
-        else:
-            self._lr.fill_(lr)
-
     def _step(self, lr: float | torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         """One update of every seed in ``alive`` (a bool [S] tensor on the device) on its
         next batch at learning rate ``lr`` (a float, or a 0-dim tensor on the device);
@@ -258,12 +212,6 @@ class PackedTraining:
 
     def _run(self, starts: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         return self._update(*self._gather(starts, None), alive)
-
-    def _zero_grad(self) -> None:
-        if not self.options.vector_clip:
-            self.opt.zero_grad(set_to_none=True)
-        elif self._views.grads:  # gradients persist (their per-seed views are made once): zeroed in place
-            torch._foreach_zero_(self._views.grads)
 
     def _update(self, x: torch.Tensor, y: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
         """Forward, backward, per-seed clip and AdamW update on ``x, y`` [S, B, T]."""
@@ -398,37 +346,6 @@ class PackedTraining:
                                  self.exit_tolerance) if history.stopped[s] is None else {} for s in range(self.n)]
 
     # ------------------------------------------------------------------ ladder states
-
-    def _snapshot(self) -> tuple:
-        return {k: v.detach().clone() for k, v in self.params.items()}, copy.deepcopy(self.opt.state_dict())
-
-    def _rewind(self, kept: tuple) -> None:
-        with torch.no_grad():
-            for k, v in kept[0].items():
-                self.params[k].copy_(v)
-        self._load_optimizer(kept[1])
-
-    def _load_optimizer(self, state: dict) -> None:
-        """The optimiser state ``state``, copied into the live tensors where it can be (a
-        compiled update and a captured step hold them), else loaded afresh."""
-        if load_optimizer_in_place(self.opt, state):
-            return
-        self.opt.load_state_dict(state)
-        if self._lr is not None:  # loading replaced the learning rate tensor the step writes
-            for group in self.opt.param_groups:
-                group["lr"] = self._lr
-        self._graph = None  # its tensors are gone: capture again
-
-    def _streams_state(self) -> list[dict]:
-        if self._ahead is not None:
-            self._ahead.settle()
-        return [b.state() for b in self.batches]
-
-    def _rewind_streams(self, states: Sequence[dict]) -> None:
-        for b, state in zip(self.batches, states):
-            b.restore(state)
-        if self._ahead is not None:
-            self._ahead.drop()
 
     def keep(self) -> tuple:
         return (*self._snapshot(), self._streams_state())
