@@ -102,15 +102,22 @@ def test_validation_in_large_batches_scores_the_same_windows(corpus):
 
 
 def test_batches_gathered_on_the_device_are_the_streams_batches(corpus):
-    """Off the CPU each seed's windows are gathered where the model runs, from the same
-    starts its stream draws: the same batches (here the gather runs on the CPU)."""
+    """Each seed's windows, cut from the split on the host or gathered from a resident token
+    buffer (as on a GPU), from starts read ahead in blocks or drawn step by step: the batches
+    its own stream gives, in order (here the gather runs on the CPU)."""
+    from searchmaps.data import train_batches
+    from searchmaps.train.packed_step import StepOptions
+
     specs = seeds(3)
     lads = [make_ladder(s) for s in specs]
-    on_host, gathered = (PackedTraining(specs, lads, corpus, "cpu") for _ in range(2))
-    gathered._tokens = torch.from_numpy(corpus.train.astype("int32"))
+    streams = [train_batches(corpus, 4, 32, s.seed) for s in specs]
+    trainings = [PackedTraining(specs, lads, corpus, "cpu", step=StepOptions(read_ahead=r, device_tokens=d))
+                 for r in (0, 2) for d in (False, True)]
     for _ in range(3):
-        for a, b in zip(on_host._next_batch(), gathered._next_batch()):
-            assert a.dtype == b.dtype == torch.int64 and torch.equal(a, b)
+        want = [next(b) for b in streams]
+        for training in trainings:
+            for got, part in zip(training._next_batch(), (0, 1)):
+                assert got.dtype == torch.int64 and torch.equal(got, torch.stack([w[part] for w in want]))
 
 
 def test_a_seed_that_fails_stops_alone_and_the_others_go_on(corpus):

@@ -4,6 +4,8 @@ fixed validation windows (and ILR's protocol)."""
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 import torch
 
@@ -33,7 +35,12 @@ def check_fits(corpus: Corpus, batch_size: int, seq_len: int, eval_tokens: int |
 class BatchStream:
     """Endless ``(x, y)`` int64 batches of random windows; a function of ``seed`` only.
     :meth:`state` and :meth:`restore` save and rewind the position, so a horizon ladder's
-    branch can run ahead and the main run go on with exactly the batches it would have seen."""
+    branch can run ahead and the main run go on with exactly the batches it would have seen.
+
+    :meth:`ahead` draws the window starts of the next batches before they are read (a
+    trainer copies a block of steps to the device at once); they are drawn exactly as
+    :meth:`next_starts` would draw them one by one, and the position (:meth:`state`) stays
+    that of the next batch not yet read, so a state saved mid-block resumes exactly."""
 
     def __init__(self, corpus: Corpus, batch_size: int, seq_len: int, seed: int):
         check_fits(corpus, batch_size, seq_len)
@@ -41,6 +48,7 @@ class BatchStream:
         self._rng = np.random.default_rng(seed)
         self._offsets = np.arange(seq_len + 1)
         self._high = len(corpus.train) - seq_len  # exclusive: the last start leaves room for y
+        self._ahead: deque[tuple[dict, np.ndarray]] = deque()  # (state before it, starts) of batches drawn, not read
 
     def __iter__(self) -> "BatchStream":
         return self
@@ -51,14 +59,32 @@ class BatchStream:
     def next_starts(self) -> np.ndarray:
         """The next batch's window starts in the training split (what :meth:`__next__`
         reads; a GPU trainer gathers the windows on the device from them)."""
+        if self._ahead:
+            return self._ahead.popleft()[1]
+        return self._draw()
+
+    def _draw(self) -> np.ndarray:
         return self._rng.integers(0, self._high, size=self._batch_size)
+
+    def ahead(self, steps: int) -> np.ndarray:
+        """The window starts of the next ``steps`` batches, ``[steps, batch_size]``, without
+        reading them: the position stays where it is (:meth:`skip` reads them)."""
+        while len(self._ahead) < steps:
+            self._ahead.append((self._rng.bit_generator.state, self._draw()))
+        return np.stack([starts for _, starts in list(self._ahead)[:steps]])
+
+    def skip(self, batches: int) -> None:
+        """Read ``batches`` batches without building them."""
+        for _ in range(batches):
+            self.next_starts()
 
     def state(self) -> dict:
         import copy
 
-        return copy.deepcopy(self._rng.bit_generator.state)
+        return copy.deepcopy(self._ahead[0][0] if self._ahead else self._rng.bit_generator.state)
 
     def restore(self, state: dict) -> None:
+        self._ahead.clear()
         self._rng.bit_generator.state = state
 
 
@@ -97,6 +123,18 @@ class EpochStream(BatchStream):
         epochs, within = np.divmod(positions, self.rows)
         rows = np.array([self.order(int(e))[i] for e, i in zip(epochs, within)], dtype=np.int64)
         return rows * self._row
+
+    def ahead(self, steps: int) -> np.ndarray:
+        """The window starts of the next ``steps`` batches, without reading them (the
+        position is the count of rows read, so nothing else moves)."""
+        read = self._read
+        try:
+            return np.stack([self.next_starts() for _ in range(steps)])
+        finally:
+            self._read = read
+
+    def skip(self, batches: int) -> None:
+        self._read += batches * self._batch_size
 
     def state(self) -> dict:
         return {"sampling": "epoch", "rows_read": self._read}

@@ -17,7 +17,9 @@ stopped and recorded failed with its reason, the step it failed at and the histo
 the others go on. Losses stay on the device and are checked every ``sync_every`` steps (1
 on CPU: the same steps as a separate training; more on a GPU, where reading a loss waits
 for the device): a seed that fails between two checks is found at the next, and its record
-says the step it failed at. A stopped seed's weights are masked out of every later update.
+says the step it failed at. A stopped seed's gradients are scaled by zero from then on
+(its weights are never read again). The step itself runs with no host in the loop
+(:mod:`.packed_step`: starts read ahead, the rate a device tensor, foreach clipping).
 
 :class:`PackedTraining` is a :class:`~searchmaps.train.ladder.Climber`: horizon ladders,
 their branches and saved states work packed. States are saved per seed, in the format of
@@ -35,7 +37,6 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-import numpy as np
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -48,8 +49,9 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
+from .packed_step import GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, to_device
 from .stacked import StackedLM, stack_problem
-from .step import DIVERGENCE_WINDOW, Guard, Stop, adamw, autocast, validation_batches
+from .step import DIVERGENCE_WINDOW, Guard, Stop, autocast, validation_batches
 
 
 @dataclasses.dataclass
@@ -150,7 +152,7 @@ def regroup(batches: list[tuple[torch.Tensor, torch.Tensor]], tokens: int) -> li
     return out
 
 
-class PackedTraining:
+class PackedTraining(StepMachinery):
     """The models of ``specs`` trained as one on ``corpus`` along ``lads`` (each one's
     ladder). The specs differ in their seed, or, stacked, in their map and ``--init`` too;
     their training configs and ladders' steps are the same (:func:`pack_problem`).
@@ -158,7 +160,8 @@ class PackedTraining:
     ``vmap``. A :class:`~searchmaps.train.ladder.Climber`; ``bar`` (tqdm) counts the steps."""
 
     def __init__(self, specs: Sequence[TrialSpec], lads: Sequence[Ladder], corpus: Corpus, device: str, bar=None,
-                 sync_every: int | None = None, math_attention: bool | None = None, stacked: bool | None = None):
+                 sync_every: int | None = None, math_attention: bool | None = None, stacked: bool | None = None,
+                 step: StepOptions | None = None):
         spec = specs[0]
         cfg, t = spec.model, spec.train
         self.specs, self.lads, self.lad, self.n = list(specs), list(lads), lads[0], len(specs)
@@ -187,15 +190,12 @@ class PackedTraining:
         self.template = models[0].to(device)  # the code the seeds run; its own tensors are never read
         # one model per candidate, the shell seed_model copies a model's weights into
         self.templates = {s.model: m.to(device) for s, m in reversed(list(zip(specs, models)))}
-        self.opt = adamw(list(self.params.values()), spec, stacked=True)
         self.micro_batch = t.micro_batch
         self.val = validation_batches(corpus, spec)
         if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
             self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed, t.sampling) for s in specs]
-        # off the CPU the training split lives on the device, and batches are gathered there
-        self._tokens = None if device == "cpu" else torch.from_numpy(corpus.train.astype(np.int32)).to(device)
-        self._window = torch.arange(cfg.seq_len + 1, device=device)
+        self._setup_step(step or StepOptions(), spec, corpus)
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
         self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
 
@@ -212,7 +212,7 @@ class PackedTraining:
 
             self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
             self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
-        if t.compile:  # one graph for the whole packed step's forward: the map is unrolled in it
+        if t.compile or self.options.compile_step:  # one graph for the packed forward: the map unrolled in it
             import torch._dynamo as dynamo  # `as`: a bare `import torch._dynamo` would make torch local here
 
             # every vmap call shares functorch's one `wrapped` frame, so training and validation, grad
@@ -222,6 +222,8 @@ class PackedTraining:
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
             self._train_losses = torch.compile(self._train_losses, dynamic=False)
             self._val_losses = torch.compile(self._val_losses, dynamic=False)
+        if self.options.compile_step:  # clipping and the update too: the whole step compiled
+            self._clip_and_update = torch.compile(self._clip_and_update)
 
     # ------------------------------------------------------------------ steps
 
@@ -229,7 +231,10 @@ class PackedTraining:
     def _kernels(self):
         """Autocast for the precision, and the attention kernels packing can use."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(autocast(self.device, self.precision))
+            if self.precision == "bf16" and self.device.startswith("cuda") and torch.cuda.is_current_stream_capturing():
+                stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False))
+            else:
+                stack.enter_context(autocast(self.device, self.precision))
             stack.enter_context(warnings.catch_warnings())
             # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
             warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)
@@ -243,39 +248,41 @@ class PackedTraining:
             self._mask_key, self._mask = key, torch.tensor(key, device=self.device)
         return self._mask
 
-    def _next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Every seed's next batch, ``x`` and ``y`` [S, B, T], on the device: the windows
-        each seed's own stream gives, gathered where the model runs."""
-        if self._tokens is None:
-            batch = [next(b) for b in self.batches]
-            return torch.stack([b[0] for b in batch]), torch.stack([b[1] for b in batch])
-        starts = torch.from_numpy(np.stack([b.next_starts() for b in self.batches])).to(self.device)
-        windows = self._tokens[starts[..., None] + self._window].long()
-        return windows[..., :-1], windows[..., 1:]
+    # ------------------------------------------------------------------ the step (packed_step)
 
-    def _step(self, batch, lr: float, alive: torch.Tensor) -> torch.Tensor:
-        """One update of every seed in ``alive`` (a bool [S] tensor on the device) on
-        ``batch`` (:meth:`_next_batch`); returns the seeds' losses [S], still on the device."""
-        x, y = batch
-        for group in self.opt.param_groups:
-            group["lr"] = lr
+    def _step(self, lr: float | torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """One update of every seed in ``alive`` (a bool [S] tensor on the device) on its
+        next batch at learning rate ``lr`` (a float, or a 0-dim tensor on the device);
+        returns the seeds' losses [S], still on the device. No host sync on the way."""
+        self._set_lr(lr)
+        starts, host = self._next_starts()
+        if self.options.cuda_graph and starts is not None:
+            if self._graph is None:
+                self._graph = GraphedStep(self._run, self._snapshot, self._rewind, starts, alive)
+            return self._graph(starts, alive)
+        return self._update(*self._gather(starts, host), alive)
+
+    def _run(self, starts: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        return self._update(*self._gather(starts, None), alive)
+
+    def _update(self, x: torch.Tensor, y: torch.Tensor, alive: torch.Tensor) -> torch.Tensor:
+        """Forward, backward, per-seed clip and AdamW update on ``x, y`` [S, B, T]."""
         if self.micro_batch and self.micro_batch < x.shape[1]:
             return self._accumulate(x, y, alive)
         with self._kernels():
             losses = self._train_losses(self.params, self.buffers, x, y)
         ok = alive & torch.isfinite(losses.detach())
-        self.opt.zero_grad(set_to_none=True)
+        self._zero_grad()
         torch.where(ok, losses, torch.zeros_like(losses)).sum().backward()
-        self._clip(ok)
-        self.opt.step()
+        self._apply(ok)
         return losses.detach()
 
     def _accumulate(self, x, y, alive: torch.Tensor) -> torch.Tensor:
-        """:meth:`_step` with ``--micro-batch``: each seed's batch in chunks of
+        """:meth:`_update` with ``--micro-batch``: each seed's batch in chunks of
         ``micro_batch`` sequences, every chunk's losses weighted by its share of the batch and
         their gradients accumulated (a seed's chunk that is not finite adds nothing; the
         seed is then left out of the update by its whole-batch loss, as unpacked)."""
-        self.opt.zero_grad(set_to_none=True)
+        self._zero_grad()
         total = torch.zeros(x.shape[0], device=x.device, dtype=torch.float32)
         for i in range(0, x.shape[1], self.micro_batch):
             xc, yc = x[:, i:i + self.micro_batch], y[:, i:i + self.micro_batch]
@@ -284,21 +291,22 @@ class PackedTraining:
             ok = alive & torch.isfinite(part.detach())
             torch.where(ok, part, torch.zeros_like(part)).sum().backward()
             total += part.detach().float()
-        self._clip(alive & torch.isfinite(total))
-        self.opt.step()
+        self._apply(alive & torch.isfinite(total))
         return total
 
-    def _clip(self, ok: torch.Tensor) -> None:
-        """Per seed, what ``clip_grad_norm_`` does to one model: the norm of the per-tensor
-        norms, coefficient ``max / (norm + 1e-6)`` clamped to 1; seeds not ``ok`` get zero."""
-        grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([torch.linalg.vector_norm(g, dim=tuple(range(1, g.dim()))) for g in grads])  # [P, S]
-        total = torch.linalg.vector_norm(norms, dim=0)  # [S]
-        coef = torch.clamp(self.grad_clip / (total + 1e-6), max=1.0)
-        coef = torch.where(ok, coef, torch.zeros_like(coef))
-        for g in grads:
-            shape = (-1,) + (1,) * (g.dim() - 1)
-            g.copy_(torch.where(ok.view(shape), g * coef.view(shape).to(g.dtype), torch.zeros_like(g)))
+    def _apply(self, ok: torch.Tensor) -> None:
+        """Clip each seed's gradients and update the weights (``ok``: the seeds that take it)."""
+        self._clip_and_update(ok, self._views(list(self.params.values()))[1] if self.options.vector_clip else None)
+
+    def _clip_and_update(self, ok: torch.Tensor, per_seed: list[list[torch.Tensor]] | None) -> None:
+        """Per seed, what ``clip_grad_norm_`` does to one model (the norm of the per-tensor
+        norms, coefficient ``max / (norm + 1e-6)`` clamped to 1; seeds not ``ok`` get zero),
+        then AdamW. Compiled with ``compile_step``."""
+        if per_seed is not None:
+            clip_per_seed(per_seed, self.grad_clip, ok)
+        else:
+            clip_per_tensor([p.grad for p in self.params.values() if p.grad is not None], self.grad_clip, ok)
+        self.opt.step()
 
     def _check(self, history: PackedHistory, pending: list[tuple[int, torch.Tensor]]) -> None:
         """Read the pending losses and run each live seed's checks step by step, as its own
@@ -327,11 +335,15 @@ class PackedTraining:
         running = history.alive
         t0, c0 = time.perf_counter(), time.process_time()
         pending: list[tuple[int, torch.Tensor]] = []
+        first = history.step + 1
+        rates = [lr_at(step - 1, rsteps, rspec) for step in range(first, until + 1)]
+        if self._lr is not None:  # the segment's learning rates on the device, in one copy
+            rates = to_device(rates, self._lr.dtype, self.device)
         try:
             while history.step < until and history.alive:
                 step = history.step + 1
                 alive = self._alive_mask(history)
-                pending.append((step, self._step(self._next_batch(), lr_at(step - 1, rsteps, rspec), alive)))
+                pending.append((step, self._step(rates[step - first], alive)))
                 history.step = step
                 if self.bar is not None:
                     self.bar.update(1)
@@ -388,16 +400,11 @@ class PackedTraining:
     # ------------------------------------------------------------------ ladder states
 
     def keep(self) -> tuple:
-        return ({k: v.detach().clone() for k, v in self.params.items()}, copy.deepcopy(self.opt.state_dict()),
-                [b.state() for b in self.batches])
+        return (*self._snapshot(), self._streams_state())
 
     def restore(self, kept: tuple) -> None:
-        with torch.no_grad():
-            for k, v in kept[0].items():
-                self.params[k].copy_(v)
-        self.opt.load_state_dict(kept[1])
-        for b, state in zip(self.batches, kept[2]):
-            b.restore(state)
+        self._rewind(kept[:2])
+        self._rewind_streams(kept[2])
 
     def seed_model(self, s: int) -> LoopedLM:
         """Seed ``s`` as a model of its own (a copy of its weights)."""
@@ -411,11 +418,14 @@ class PackedTraining:
         full = self.opt.state_dict()
         state = {i: {k: (v[s].clone() if torch.is_tensor(v) and v.dim() > 0 else copy.deepcopy(v))
                      for k, v in st.items()} for i, st in full["state"].items()}
-        return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+        groups = [{k: (float(v) if k == "lr" and torch.is_tensor(v) else copy.deepcopy(v)) for k, v in g.items()}
+                  for g in full["param_groups"]]  # a separate training's format: the rate a float
+        return {"state": state, "param_groups": groups}
 
     def save(self, targets: Sequence[str | os.PathLike | None], rung: int, history: PackedHistory) -> None:
         """Each live seed's state at rung ``rung``'s cooldown start, in the format of its
         separate training (:meth:`~searchmaps.train.ladder.Training.save`), written atomically."""
+        streams = self._streams_state()
         for s in history.alive:
             if targets[s] is None:
                 continue
@@ -423,7 +433,7 @@ class PackedTraining:
             target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
             torch.save({"key": state_key(self.lads[s], rung), "model": self.seed_model(s).state_dict(),
-                        "optimizer": self._seed_optimizer_state(s), "batches": self.batches[s].state(),
+                        "optimizer": self._seed_optimizer_state(s), "batches": streams[s],
                         "path": dataclasses.asdict(history.seeds[s])}, tmp)
             os.replace(tmp, target)
 
@@ -443,8 +453,7 @@ class PackedTraining:
             per = [state["optimizer"]["state"][i] for state in states]
             opt["state"][i] = {k: (torch.stack([d[k] for d in per]) if torch.is_tensor(v) and v.dim() > 0 else v)
                                for k, v in per[0].items()}
-        self.opt.load_state_dict(opt)
-        for b, state in zip(self.batches, states):
-            b.restore(state["batches"])
+        self._load_optimizer(opt)
+        self._rewind_streams([state["batches"] for state in states])
         seeds = [History(**state["path"]) for state in states]
         return PackedHistory(seeds, [None] * self.n, seeds[0].step)

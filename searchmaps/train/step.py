@@ -238,19 +238,24 @@ def make_optimizer(model: LoopedLM, spec: TrialSpec) -> torch.optim.AdamW:
     return adamw(list(model.parameters()), spec)
 
 
-def adamw(params: list[torch.Tensor], spec: TrialSpec, stacked: bool = False) -> torch.optim.AdamW:
-    """AdamW over ``params`` in two groups: matrices and embeddings (decayed), then the norm
+def adamw(params: list[torch.Tensor], spec: TrialSpec, stacked: bool = False, lr: torch.Tensor | None = None,
+          capturable: bool = False) -> torch.optim.AdamW:
+    """AdamW (fused) over ``params`` in two groups: matrices and embeddings (decayed), then the norm
     gains, decayed only with ``train.decay_gains`` (ILR: every parameter), so the state's
     layout is the same either way. ``stacked``: the weights carry a leading seed dimension
-    (packed seeds)."""
+    (packed seeds). ``lr``: a 0-dim tensor on the weights' device the update reads, in place of
+    ``train.lr`` as a float (the caller writes each step's rate into it; float64 on the CPU and
+    float32 on CUDA are what the fused kernels read, so the numbers are a float rate's);
+    ``capturable``: the update may be captured in a CUDA graph."""
     rank = 3 if stacked else 2
     t = spec.train
     return torch.optim.AdamW(
         [{"params": [p for p in params if p.dim() >= rank], "weight_decay": t.weight_decay},
          {"params": [p for p in params if p.dim() < rank], "weight_decay": t.weight_decay if t.decay_gains else 0.0}],
-        lr=t.lr,
+        lr=t.lr if lr is None else lr,
         betas=(t.beta1, t.beta2),
         fused=True,
+        capturable=capturable,
     )
 
 
