@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from .config import Candidate
 from .results import Role, RunRecord, Status
 from .units import (TUNING_SEED_BASE, WAIT, Finished, Pack, PromotionRule, RacingRule, RungDone, Tuned, Unit,
-                    _Wait)
+                    Wait)
 
 __all__ = ["TUNING_SEED_BASE", "WAIT", "Finished", "Pack", "PromotionRule", "RacingRule", "RungDone", "Scheduler",
            "Tuned", "Unit"]
@@ -151,7 +151,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ units out
 
-    def next(self) -> Unit | _Wait | None:
+    def next(self) -> Unit | Wait | None:
         """The next unit to train, :data:`WAIT`, or None when the search is over."""
         while True:
             for cand in self._active:

@@ -12,12 +12,12 @@ from .results import Role, RunRecord
 from .stats import DEFAULT_RULE
 
 
-class _Wait:
+class Wait:
     def __repr__(self) -> str:
         return "WAIT"
 
 
-WAIT = _Wait()  # nothing to hand out now, but the search is not over: ask again later
+WAIT = Wait()  # nothing to hand out now, but the search is not over: ask again later
 
 
 TUNING_SEED_BASE = 10_000  # tuning seeds are 10000, 10001, ...: never an evaluation seed
