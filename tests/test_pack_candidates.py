@@ -98,3 +98,51 @@ def test_parse_pack_candidates(value, out):
 def test_bad_pack_candidates_name_the_flag(value):
     with pytest.raises(ConfigError, match="--pack-candidates"):
         parse_pack_candidates(value)
+
+
+# ---------------------------------------------------------------------------- the command
+
+
+def search(space_file, results, *extra):
+    return ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results), "--compile", "off",
+            "--precision", "fp32", "--quiet", "--no-report", "--executor", "local", "--workers", "1", *extra]
+
+
+@pytest.mark.parametrize("extra, named", [
+    (["--pack-candidates", "0"], "--pack-candidates"),
+    (["--pack-candidates", "all"], "--pack-candidates"),
+    (["--pack-candidates", "2", "--train-flops", "4e8"], "--pack-candidates needs a horizon in tokens"),
+])
+def test_bad_pack_candidates_is_one_line_and_exit_2_with_nothing_written(space_file, tmp_path, capsys, extra, named):
+    from searchmaps.cli.run import main
+
+    try:
+        code = main(search(space_file, tmp_path / "r", "--study", "b", *extra))
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and named in err, err
+    assert not (tmp_path / "r" / "b").exists()
+
+
+@pytest.mark.e2e
+def test_packed_candidates_give_the_rows_of_separate_trainings(space_file, tmp_path):
+    """--pack-candidates 3 --pack-seeds 2 on a ladder (the local executor, in this process's
+    children): every (map, seed, rung) once, each with the numbers of one seed per training
+    up to float rounding, and ``packed`` the number of models the training held."""
+    from searchmaps.cli.run import main
+    from searchmaps.results import read_runs
+
+    results = tmp_path / "results"
+    ladder = ["--tokens", "1024,2048", "--schedule", "wsd", "--seeds", "2"]
+    assert main(search(space_file, results, "--study", "off", *ladder)) == 0
+    assert main(search(space_file, results, "--study", "stack", "--pack-seeds", "2", "--pack-candidates", "3",
+                       *ladder)) == 0
+    whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "off" / "runs.csv")}
+    stacked = read_runs(results / "stack" / "runs.csv")
+    assert len(whole) == 3 * 2 * 2 and sorted((r.map, r.seed, r.rung) for r in stacked) == sorted(whole)
+    for r in stacked:
+        w = whole[(r.map, r.seed, r.rung)]
+        assert (r.val_loss, r.train_loss) == pytest.approx((w.val_loss, w.train_loss), rel=1e-5)
+        assert (r.steps, len(r.curve), r.config_hash) == (w.steps, len(w.curve), w.config_hash)
+        assert r.packed == 6 and w.packed == 1
