@@ -1,70 +1,59 @@
 #!/usr/bin/env bash
-# The GPU checks of issue 23 in one command (a GPU machine lent for minutes):
-#   (a) the cuda tests, (b) the packed-throughput table, (c) the scale study, resumable.
+# The GPU checks in one command of at most 10 minutes (a lent GPU machine):
+#   (a) the cuda tests, (b) the throughput benchmark (benchmarks/gpu_throughput.py),
+#   (c) the answer study (ILR's table on ILR's recipe) made by `searchmaps.run` itself, with
+#       the local executor (no Ray), resumable: a second call goes on where the first stopped.
 #
 #   bash benchmarks/gpu_check.sh OUT [STUDY_DIR]          # on the GPU machine
-#   bash benchmarks/gpu_check.sh OUT [STUDY_DIR] --tiny   # the CPU check, at tiny sizes
+#   bash benchmarks/gpu_check.sh OUT [STUDY_DIR] --tiny   # the same on a CPU, at tiny sizes
 #
-# Needs python3 with torch, numpy, pandas, scipy, tqdm (no Ray, no Optuna). The study
-# folder lives in STUDY_DIR (default /tmp/scale), so a second call on the same machine
-# resumes it (the study skips finished candidates); OUT receives the log, the throughput
-# figures and the study folder as study.tar.gz. The whole command ends within BUDGET
-# seconds (default 560: a 10-minute command with room to pack up); the study gets what
-# the checks leave, at most SCALE_DEADLINE seconds. SKIP_CHECKS=1 goes straight to the study.
+# Needs python3 with torch, numpy, pandas, scipy and tqdm; Optuna comes from .carry/wheels and
+# the corpus from .carry/data.tar.xz (benchmarks/gpu_carry.sh makes both; without the corpus the
+# study runs on --data stdlib). The study lives in STUDY_DIR (default /tmp/answer); OUT receives
+# the log, the benchmark's figures and the study folder as study.tar.gz. The command ends
+# within BUDGET seconds (default 560); the study gets what the checks leave, at most
+# STUDY_DEADLINE seconds, and is stopped by SIGTERM at its deadline (exit 143: resumable).
+# SKIP_CHECKS=1 goes straight to the study.
 set -uo pipefail
 source "$(dirname "$0")/gpu_common.sh"
-gpu_begin gpu_check.log /tmp/scale "$@"
+gpu_begin gpu_check.log /tmp/answer "$@"
+carried_wheels
+DATA=$(carried_data)
 
+# the study of issue 33 (item 5): ILR's 11 configurations x 5 seeds on --preset ilr-small, one
+# wsd ladder to 100 M tokens, 1 M held-out tokens scored; every candidate's seeds in one packed
+# training, the candidates stacked into one computation
+STUDY=(--space ilr-table1 --preset ilr-small --pe rope --budget-flops 1e8 --schedule wsd --seeds 5
+       --executor local --workers 1 --pack-seeds 5 --pack-candidates 11 --study ilr-table1-ilr-recipe
+       --results-dir "$STUDY_DIR" --no-report --quiet)
 if [ "$TINY" = "--tiny" ]; then
-  DEVICE=cpu; TEST_ARGS=(tests/test_packed.py -k "match_their or cuda"); BENCH=(--sizes 1,2 --seconds 0.5)
-  STUDY=(--tiny --device cpu --ladder 4096,8192 --seeds 2 --parallel 2); DEADLINE=${SCALE_DEADLINE:-120}
+  DEVICE=cpu; TEST_ARGS=(tests/test_packed.py tests/test_stacked.py -k "cuda or match or equal" -x)
+  BENCH=(--tiny)
+  STUDY+=(--device cpu --data "${DATA:-stdlib}" --tokenizer bytes --d-model 32 --heads 2 --seq-len 64
+          --max-positions 64 --batch-size 4 --micro-batch 2 --tokens 2048,4096 --eval-tokens 1024 --seeds 2
+          --pack-seeds 2 --maps 1,1,1,1 2,1,1,1 4,2,1,1 --compile off)
+  DEADLINE=${STUDY_DEADLINE:-240}
 else
-  DEVICE=cuda; TEST_ARGS=(tests/test_packed.py -m cuda); BENCH=(--sizes 1,2,4,5,8,16,32 --seconds 1.5)
-  STUDY=(--device cuda --parallel 11); DEADLINE=${SCALE_DEADLINE:-900}
+  DEVICE=cuda; TEST_ARGS=(tests/test_packed.py tests/test_stacked.py tests/test_packed_step.py -m cuda)
+  BENCH=()
+  STUDY+=(--device cuda --data "${DATA:-stdlib}" --tokens 12.5e6,25e6,50e6,1e8 --eval-tokens 1e6)
+  DEADLINE=${STUDY_DEADLINE:-900}
 fi
 
-DATA=stdlib
-if [ -f .carry/stdlib311.npz ]; then
-  DATA=/tmp/stdlib311
-  stdlib311_bin
-fi
-
-COMPILE=off
 if [ "${SKIP_CHECKS:-0}" != 1 ]; then
-  stamp "machine"
-  nvidia-smi -L 2>/dev/null || true
-  $PY -c "import torch; print('torch', torch.__version__, 'cuda', torch.cuda.is_available())"
-
+  gpu_monitor
   stamp "(a) tests"
   timeout 150 $PY -m pytest -q -p no:cacheprovider "${TEST_ARGS[@]}" 2>&1 | tail -15
-
-  stamp "(b) throughput, eager"
-  timeout 120 $PY benchmarks/packed_throughput.py --device $DEVICE "${BENCH[@]}" --json "$OUT/throughput_eager.json"
-  stamp "(b) throughput, compiled, bf16, the study's 5 seeds"
-  timeout 120 $PY benchmarks/packed_throughput.py --device $DEVICE --compile --precisions bf16 \
-      --sizes $([ "$TINY" = "--tiny" ] && echo 2 || echo 5) --seconds 3 --json "$OUT/throughput_compiled.json"
-  # the study compiles when compiling paid at its own size by at least 1.3x
-  COMPILE=$($PY - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-try:
-    comp = json.loads((out / "throughput_compiled.json").read_text())[0]
-    eager = [r for r in json.loads((out / "throughput_eager.json").read_text())
-             if r["precision"] == "bf16" and r["seeds"] == comp["seeds"]][0]
-    print("on" if comp["tokens_per_s"] >= 1.3 * eager["tokens_per_s"] else "off")
-except Exception:
-    print("off")
-PY
-)
+  stamp "(b) throughput"
+  timeout 180 $PY benchmarks/gpu_throughput.py --device $DEVICE "${BENCH[@]}" --json "$OUT/throughput.json"
 fi
-echo "$COMPILE" > "$OUT/study_compile.txt"
 
 left=$(( ${BUDGET:-560} - ($(date +%s) - t0) - 20 ))
 [ "$left" -lt "$DEADLINE" ] && DEADLINE=$left
 [ "$DEADLINE" -lt 10 ] && DEADLINE=10
-stamp "(c) scale study (compile $COMPILE, deadline $DEADLINE s)"
-$PY results/ilr-table1-rope-scale/scale_study.py --results-dir "$STUDY_DIR" "${STUDY[@]}" --compile "$COMPILE" --deadline "$DEADLINE" --data "$DATA"
+stamp "(c) the answer study through searchmaps.run (deadline $DEADLINE s)"
+timeout -s TERM -k 30 "$DEADLINE" $PY -m searchmaps.run "${STUDY[@]}"
 rc=$?
 tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" .
-stamp "done (study exit $rc: 0 finished, 3 stopped at its deadline)"
+[ -n "${MONITOR:-}" ] && kill "$MONITOR" 2>/dev/null
+stamp "done (study exit $rc: 0 finished; 124 or 143 stopped at its deadline, run the same command again to go on)"

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from . import faults
 from .ledger import HEARTBEAT_S, Ledger, storage_fault
-from .plan import SearchPlan
+from .plan import SearchPlan, pack_key
 from .results import Role, RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, Pack, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 from .study import STORAGE_ERRORS, SearchStudy
@@ -133,11 +133,12 @@ class Driver:
             if unit is None and self.plan.candidates is None:  # other drivers may have started candidates since
                 self._refresh(force=True)
                 unit = self.scheduler.next()
-            if isinstance(unit, Unit) and self.plan.pack_seeds > 1:
-                unit = self.scheduler.pack(unit, self.plan.pack_seeds)
+            if isinstance(unit, Unit) and (self.plan.pack_seeds > 1 or self.plan.pack_candidates > 1):
+                unit = self.scheduler.pack(unit, self.plan.pack_seeds, self.plan.pack_candidates, key=pack_key)
             if isinstance(unit, (Unit, Pack)):
                 faults.point("claimed")
-                self.study.open(unit.candidate)
+                for cand in (unit.candidates if isinstance(unit, Pack) else (unit.candidate,)):
+                    self.study.open(cand)
             self._tell()
             return unit
 
@@ -319,7 +320,7 @@ def _units(job: Unit | Pack) -> tuple[Unit, ...]:
 
 
 def _split(job: Unit | Pack, records: list[RunRecord]) -> list[tuple[Unit, list[RunRecord]]]:
-    """Each seed-unit of ``job`` with its records (a plain unit: all of them)."""
+    """Each unit of ``job`` with its records (a plain unit: all of them)."""
     if isinstance(job, Unit):
         return [(job, records)]
-    return [(u, [r for r in records if r.seed == u.seed]) for u in job.units]
+    return [(u, [r for r in records if r.seed == u.seed and r.candidate == u.candidate]) for u in job.units]

@@ -50,6 +50,23 @@ def parse_pack_seeds(value: int | str, device: str) -> int:
     return int(text)
 
 
+def parse_pack_candidates(value: int | str) -> int:
+    """``--pack-candidates N|off`` -> how many candidates one packed training may hold (1:
+    off). ConfigError naming the flag for anything else."""
+    text = str(value).strip().lower()
+    if text == "off":
+        return 1
+    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
+        raise ConfigError(f"--pack-candidates must be a positive whole number or off, got {value!r}")
+    return int(text)
+
+
+def pack_key(cand: Candidate) -> tuple:
+    """Candidates with equal keys may share a packed training (``--pack-candidates``): their
+    models differ in the map only, so their weights have the same shapes."""
+    return cand.pe, str(cand.kv_share)
+
+
 @dataclass(frozen=True)
 class SearchPlan:
     """Everything a search needs, resolved from flags or written in a notebook. Empty
@@ -70,6 +87,7 @@ class SearchPlan:
     cpus_per_trial: float = 1.0
     gpus_per_trial: float = 0.0
     pack_seeds: int | str = 1  # seeds of a candidate trained together as one unit (1: off); "auto": auto_pack_seeds
+    pack_candidates: int | str = 1  # candidates (each with its packed seeds) trained together as one unit (1: off)
     data: str = "stdlib"
     vocab_size: int = 256
     data_fingerprint: str = ""
@@ -124,6 +142,10 @@ class SearchPlan:
             raise ConfigError(f"--gpus-per-trial above 1 must be a whole number (Ray's rule), "
                               f"got {self.gpus_per_trial:g}")
         set_("pack_seeds", parse_pack_seeds(self.pack_seeds, self.device))
+        set_("pack_candidates", parse_pack_candidates(self.pack_candidates))
+        if self.pack_candidates > 1 and self.space.train.tokens is None:
+            raise ConfigError("--pack-candidates needs a horizon in tokens (--tokens): under --train-flops each map "
+                              "trains its own number of steps, so their trainings cannot run as one")
         if not math.isfinite(self.budget_flops) or self.budget_flops <= 0:
             raise ConfigError(f"--budget-flops must be a positive number, got {self.budget_flops}")
         cheap_map, cheap_flops = cheapest(self.space)

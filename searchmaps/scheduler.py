@@ -21,137 +21,14 @@ made-up rows in ``tests/test_scheduler.py``.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 
 from .config import Candidate
 from .results import Role, RunRecord, Status
-from .stats import DEFAULT_RULE
+from .units import (TUNING_SEED_BASE, WAIT, Finished, Pack, PromotionRule, RacingRule, RungDone, Tuned, Unit,
+                    Wait)
 
-
-class _Wait:
-    def __repr__(self) -> str:
-        return "WAIT"
-
-
-WAIT = _Wait()  # nothing to hand out now, but the search is not over: ask again later
-
-
-TUNING_SEED_BASE = 10_000  # tuning seeds are 10000, 10001, ...: never an evaluation seed
-
-
-@dataclass(frozen=True)
-class Unit:
-    """One training: a candidate at one seed, rungs ``first..last`` of the ladder, at the
-    learning rate ``lr`` (None: the plan's). ``role`` ``tuning`` marks a learning-rate
-    tuning run, whose rows never enter the reported statistics."""
-
-    candidate: Candidate
-    seed: int
-    first: int = 0
-    last: int = 0
-    lr: float | None = None
-    role: Role = Role.EVAL
-
-    @property
-    def key(self) -> str:
-        """The unit's name in the study's claims: ``4,2,1,1|rope#0`` (``@1-1``: rungs 1..1;
-        a tuning run: ``4,2,1,1|rope#t10000@lr0.001``)."""
-        if self.role == Role.TUNING:
-            return f"{self.candidate.label}#t{self.seed}@lr{self.lr:g}"
-        span = "" if (self.first, self.last) == (0, 0) else f"@{self.first}-{self.last}"
-        return f"{self.candidate.label}#{self.seed}{span}"
-
-    @property
-    def rungs(self) -> range:
-        return range(self.first, self.last + 1)
-
-
-@dataclass(frozen=True)
-class Pack:
-    """Seed-units of one candidate trained together by the packed trainer (``--pack-seeds``):
-    same rungs, learning rate, role and rungs still to record, seeds ascending. Each unit
-    is claimed on its own (:meth:`Scheduler.pack`), so the ledger, crash counts and rows
-    stay per seed exactly as without packing: a seed another driver holds is simply left
-    out of the pack, and a pack whose process died puts every one of its seeds back."""
-
-    units: tuple[Unit, ...]
-
-    @property
-    def candidate(self) -> Candidate:
-        return self.units[0].candidate
-
-    @property
-    def seeds(self) -> tuple[int, ...]:
-        return tuple(u.seed for u in self.units)
-
-    @property
-    def key(self) -> str:
-        """For messages and folder names: ``4,2,1,1|rope#0+1+2`` (each seed's own claim
-        is its unit's key)."""
-        head, _, tail = self.units[0].key.partition("#")
-        first, sep, rest = tail.partition("@")
-        seeds = "+".join(str(u.seed) if u.role != Role.TUNING else f"t{u.seed}" for u in self.units)
-        return f"{head}#{seeds}{sep}{rest}"
-
-
-@dataclass(frozen=True)
-class RungDone:
-    """Every planned seed of a candidate has its row at one rung (an intermediate value)."""
-
-    candidate: Candidate
-    rung: int
-    rows: tuple[RunRecord, ...]
-
-
-@dataclass(frozen=True)
-class Tuned:
-    """A candidate's learning rate is chosen: the grid's lowest mean validation loss over
-    the tuning seeds (a run that failed counts as infinitely bad)."""
-
-    candidate: Candidate
-    lr: float | None  # None: every rate failed
-    losses: dict  # lr -> mean validation loss over the tuning seeds (inf when any failed)
-    rows: tuple[RunRecord, ...]
-
-
-@dataclass(frozen=True)
-class Finished:
-    """A candidate has all the rows it will get: its planned seeds at the last rung, or
-    racing dropped it, or promotion stopped it at an earlier rung."""
-
-    candidate: Candidate
-    rows: tuple[RunRecord, ...]  # one per seed, seed order, at the last rung it reached
-    dropped: str = ""  # why racing stopped it early; "" when it ran every planned seed
-    stopped: str = ""  # why promotion stopped it before the last rung
-
-    @property
-    def failed(self) -> bool:
-        return any(not r.ok for r in self.rows)
-
-
-@dataclass(frozen=True)
-class RacingRule:
-    """Racing: every candidate starts with ``start_seeds`` seeds; after each round those the
-    top-group ``rule`` leaves out (alpha split over the planned looks, the last one at
-    every seed included: :func:`searchmaps.stats.racing.race_step`) stop, and the others get one
-    more seed, until one is left or they have every seed and passed the last look."""
-
-    start_seeds: int
-    alpha: float = 0.05
-    rule: str = DEFAULT_RULE
-
-
-@dataclass(frozen=True)
-class PromotionRule:
-    """Statistical successive halving: after each rung, the candidates in that rung's top
-    group (:func:`searchmaps.stats.topgroup.top_group` over the seeds, by ``rule``) go on to the
-    next rung. ``alpha`` is split evenly over the ladder's looks (one per rung but the
-    last), as racing splits it over its rounds: each look may stop a map as good as the
-    best with probability up to its share, so the whole ladder keeps it with probability
-    at least 1 - alpha."""
-
-    alpha: float = 0.05
-    rule: str = DEFAULT_RULE
+__all__ = ["TUNING_SEED_BASE", "WAIT", "Finished", "Pack", "PromotionRule", "RacingRule", "RungDone", "Scheduler",
+           "Tuned", "Unit"]
 
 
 class Scheduler:
@@ -274,7 +151,7 @@ class Scheduler:
 
     # ------------------------------------------------------------------ units out
 
-    def next(self) -> Unit | _Wait | None:
+    def next(self) -> Unit | Wait | None:
         """The next unit to train, :data:`WAIT`, or None when the search is over."""
         while True:
             for cand in self._active:
@@ -297,20 +174,50 @@ class Scheduler:
                 return WAIT
             return None
 
-    def pack(self, unit: Unit, size: int) -> Pack:
+    def pack(self, unit: Unit, size: int, candidates: int = 1,
+             key: Callable[[Candidate], object] | None = None) -> Pack:
         """``unit`` (just handed out by :meth:`next`) and up to ``size - 1`` more seeds of
         its candidate that :meth:`next` would hand out now with the same rungs, learning
         rate, role and rungs still to record (a race round's seeds only, a promotion rung's
-        promoted seeds only), each claimed like :meth:`next` claims."""
-        units = [unit]
-        cand = unit.candidate
+        promoted seeds only), each claimed like :meth:`next` claims. ``candidates`` > 1: then
+        the units of up to ``candidates - 1`` more candidates, up to ``size`` seeds each, on
+        the same terms, taken from the started candidates in order and, while too few, from
+        the next ones the list or the optimiser gives; only candidates whose ``key`` equals
+        ``unit``'s candidate's (models that differ in their map only)."""
+        units = [unit] + self._more(unit, unit.candidate, size - 1)
+        if candidates > 1:
+            want = key(unit.candidate) if key else None
+            taken = {unit.candidate}
+            while len(taken) < candidates:
+                added = False
+                for cand in list(self._active):
+                    if len(taken) >= candidates:
+                        break
+                    if cand in taken or cand in self._finished or (key and key(cand) != want):
+                        continue
+                    more = self._more(unit, cand, size)
+                    taken.add(cand)  # looked at once, whether or not it had units to give
+                    if more:
+                        units += more
+                        added = True
+                if len(taken) >= candidates or (not added and not self._activate()):
+                    break
+        order = {c: i for i, c in enumerate(self._active)}
+        return Pack(tuple(sorted(units, key=lambda u: (order.get(u.candidate, -1), u.seed))))
+
+    def _more(self, unit: Unit, cand: Candidate, size: int) -> list[Unit]:
+        """Up to ``size`` units of ``cand`` other than ``unit`` that :meth:`next` would hand
+        out now on ``unit``'s terms (rungs, learning rate, role, rungs still to record), claimed."""
+        out: list[Unit] = []
+        if size <= 0 or (self.lr_grid and unit.role != Role.TUNING and cand not in self._chosen):
+            return out
         if unit.role == Role.TUNING:
-            pool = self.tuning_units(cand)
+            pool = self.tuning_units(cand) if cand not in self._chosen else []
         else:
             pool = [self._unit_of(cand, seed, self._rung.get(cand, 0)) for seed in range(self._planned[cand])]
         need = self.needed(unit)
         for other in pool:
-            if len(units) >= size:
+            if len(out) >= size:
                 break
             if (other == unit or (other.first, other.last, other.lr, other.role) != (unit.first, unit.last, unit.lr,
                                                                                       unit.role)
@@ -319,10 +226,10 @@ class Scheduler:
                 continue
             if self._claim(other):
                 self._in_flight.add(other)
-                units.append(other)
+                out.append(other)
             else:
                 self._elsewhere.add(other)
-        return Pack(tuple(sorted(units, key=lambda u: u.seed)))
+        return out
 
     def take_events(self) -> list[RungDone | Finished | Tuned]:
         out, self._events = self._events, []

@@ -1,4 +1,8 @@
-"""A study past 25 M tokens on one GPU: every candidate's seeds packed into one training,
+"""Retired: kept as the record of how this folder's study was made (and the attribution and
+inference studies' GPU arms). New GPU studies are made by ``searchmaps.run`` itself with the
+local executor (no Ray) and ``--pack-seeds``/``--pack-candidates``: ``benchmarks/gpu_check.sh``.
+
+A study past 25 M tokens on one GPU: every candidate's seeds packed into one training,
 the candidates run side by side on the device, each rung's rows appended as it ends.
 
     python results/ilr-table1-rope-scale/scale_study.py --results-dir DIR [--parallel 11] [--deadline 420]

@@ -99,6 +99,10 @@ def build_parser() -> Parser:
                    help="train up to N seeds of a candidate together as one packed training (one Ray task); "
                         "auto: as many as pay on the device (off on a CPU, up to 32 on CUDA, from the benchmark); off: one seed per "
                         "training (default off)")
+    o.add_argument("--pack-candidates", default="off", metavar="N|off",
+                   help="train up to N candidates (with --pack-seeds, each with its packed seeds) together as one "
+                        "training: one stacked model whose maps differ, rows as separate trainings write them; "
+                        "candidates that differ in --pe or --kv-share never share one (default off)")
     p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
                    help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
                         "(checked before anything trains, stored in study.json; corrected over these only)")
@@ -140,7 +144,7 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,
                   study="-", results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
                   storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
-                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, threads=args.threads, device=device,
+                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, pack_candidates=args.pack_candidates, threads=args.threads, device=device,
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,

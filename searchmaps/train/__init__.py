@@ -263,11 +263,13 @@ def _train_together(specs, horizons, corpus, record, first, last, resume, save, 
 
 def train_packed_or_fail(specs: Sequence[TrialSpec], vocab_size: int | None = None,
                          horizons: Sequence[float] | None = None, **kwargs) -> list[RunRecord]:
-    """:func:`train_packed` for a worker process, as :func:`train_or_fail` is for one seed:
+    """:func:`train_packed` for a worker process, as :func:`train_or_fail` is for one seed
+    (:func:`train_stacked` where the specs are several candidates' seeds, ``--pack-candidates``):
     any error comes back as ``failed`` records, one per seed and rung asked for."""
     specs = list(specs)
+    together = train_stacked if len({s.model for s in specs}) > 1 else train_packed
     try:
-        return train_packed(specs, horizons, _cached_corpus(specs[0].data, vocab_size), **kwargs)
+        return together(specs, horizons, _cached_corpus(specs[0].data, vocab_size), **kwargs)
     except Exception as exc:  # a worker must report, never crash the search
         reason = failure_reason(exc, 300)
         out = []
