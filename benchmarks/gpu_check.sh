@@ -27,8 +27,8 @@ STUDY=(--space ilr-table1 --preset ilr-small --pe rope --budget-flops 1e8 --sche
        --executor local --workers 1 --pack-seeds 5 --pack-candidates 11 --study ilr-table1-ilr-recipe
        --results-dir "$STUDY_DIR" --no-report --quiet)
 if [ "$TINY" = "--tiny" ]; then
-  DEVICE=cpu; TEST_ARGS=(tests/test_packed.py tests/test_stacked.py -k "cuda or match or equal" -x)
-  BENCH=(--tiny)
+  DEVICE=cpu; TEST_ARGS=(tests/test_packed.py tests/test_stacked.py tests/test_packed_step.py -k "cuda or match or equal" -x)
+  BENCH=(--tiny --steps 2)
   STUDY+=(--device cpu --data "${DATA:-stdlib}" --tokenizer bytes --d-model 32 --heads 2 --seq-len 64
           --max-positions 64 --batch-size 4 --micro-batch 2 --tokens 2048,4096 --eval-tokens 1024 --seeds 2
           --pack-seeds 2 --maps 1,1,1,1 2,1,1,1 4,2,1,1 --compile off)
