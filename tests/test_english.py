@@ -100,7 +100,8 @@ def test_the_slice_is_the_same_bytes_built_twice_and_memory_mapped_after(built, 
     cached = load_corpus(SLICE, cache_dir=cache)
     assert isinstance(cached.train.base, np.memmap) or isinstance(cached.train, np.memmap)
     assert cached.fingerprint == corpus.fingerprint
-    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".bin", ".json"]
+    # the entry (payload, sealed record) and its held-out documents' starts (data/documents.py: a sidecar)
+    assert sorted(p.suffix for p in tmp_path.iterdir()) == [".bin", ".docs", ".json"]
 
 
 def test_documents_are_named_sorted_and_unique(docs):
