@@ -43,16 +43,16 @@ import time
 import tomllib
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from searchmaps.config import ModelConfig, TrainConfig, TrialSpec
-from searchmaps.data.corpus import make_corpus
 from searchmaps.device import resolve_device
 from searchmaps.flops import train_flops_per_token
 from searchmaps.schedule import make_ladder, tokens_per_step
 from searchmaps.train.packed import PackedHistory, PackedTraining
 from searchmaps.train.packed_step import StepOptions
+
+from packed_step import corpus_for, sync  # benchmarks/ is on the path of a script run from it
 
 ROOT = Path(__file__).resolve().parents[1]
 MAP, SEEDS = "4,2,1,1", 5
@@ -98,18 +98,6 @@ def specs(proto: Protocol, maps, seeds: int, precision: str, compile: bool, devi
                         precision=precision, compile=compile, grad_clip=1.0, lr=3e-3)
     return [TrialSpec(model=proto.model.with_map(m), train=train, seed=s, device=device) for m in maps
             for s in range(seeds)]
-
-
-def corpus_for(vocab: int, tokens: int = 1 << 22):
-    rng = np.random.default_rng(0)
-    dtype = np.uint8 if vocab <= 256 else np.uint16
-    return make_corpus("synthetic", rng.integers(0, vocab, tokens).astype(dtype),
-                       rng.integers(0, vocab, 1 << 16).astype(dtype), vocab, "bin")
-
-
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
 
 
 def matmul_peak(device: str, dtype: torch.dtype, n: int) -> float:
@@ -183,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     for proto in protocols(tiny):
         if args.only and not proto.name.lower().startswith(args.only):
             continue
-        corpus = corpus_for(proto.model.vocab_size)
+        corpus = corpus_for(proto.model.vocab_size, 1 << 22)
         every = specs(proto, maps, SEEDS, precision, compile, device)
         per_map = [specs(proto, [m], SEEDS, precision, compile, device) for m in maps]
         cases = [("today: vmap per map, host in the loop", per_map, False, TODAY),

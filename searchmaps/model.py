@@ -47,19 +47,29 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_heads, -1).transpose(1, 2)
         v = v.view(B, T, self.n_heads, -1).transpose(1, 2)
-        if pos:
-            q, k = self.encoding.qk(q, k, pos)
-        own = (k, v)
-        if kv is not None:
-            k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
-        if keys is not None:
-            y = self.encoding.attend(q, k, v, pos, keys)
-        elif pos:
-            y = self.encoding.attend(q, k, v, pos)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y, own = attend(self.encoding, q, k, v, pos, kv, keys)
         y = self.proj(y.transpose(1, 2).reshape(B, T, C))
         return (y, own) if keep else y
+
+
+def attend(encoding, q, k, v, pos=(), kv=None, keys=None):
+    """Attention over heads ``q, k, v`` (batch, nh, T, hs) as a layer runs it (:class:`Attention`,
+    and the stacked model with its models folded into the batch): the encoding's rotation,
+    memory sharing's keys and values after this pass's own, the encoding's attention (causal
+    SDPA without positions). Returns (output (batch, nh, T, hs), this pass's own keys and values
+    as attention used them)."""
+    if pos:
+        q, k = encoding.qk(q, k, pos)
+    own = (k, v)
+    if kv is not None:
+        k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
+    if keys is not None:
+        y = encoding.attend(q, k, v, pos, keys)
+    elif pos:
+        y = encoding.attend(q, k, v, pos)
+    else:
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    return y, own
 
 
 class SwiGLU(nn.Module):

@@ -198,26 +198,16 @@ def train_packed(
     same = {dataclasses.replace(s, seed=spec.seed).config_hash() for s in specs}
     if len({s.seed for s in specs}) != len(specs) or len(same) != 1:
         raise ValueError("packed seeds must be one candidate's config with distinct seeds")
-    return _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every)
+    return _train_together(specs, horizons, corpus, record=record, first=first, last=last, resume=resume, save=save,
+                           on_rung=on_rung, progress=progress, sync_every=sync_every)
 
 
-def train_stacked(
-    specs: Sequence[TrialSpec],
-    horizons: Sequence[float] | None = None,
-    corpus: Corpus | None = None,
-    *,
-    record: Iterable[int] | None = None,
-    first: int = 0,
-    last: int | None = None,
-    resume: Sequence[str | os.PathLike] | None = None,
-    save: Sequence[str | os.PathLike | None] | None = None,
-    on_rung: Callable[[RunRecord], None] | None = None,
-    progress: bool = False,
-    sync_every: int | None = None,
-) -> list[RunRecord]:
+def train_stacked(specs: Sequence[TrialSpec], horizons: Sequence[float] | None = None, corpus: Corpus | None = None,
+                  **kwargs) -> list[RunRecord]:
     """:func:`train_packed` for the seeds of several candidates trained as one stacked model
     (:mod:`.stacked`): ``specs`` may differ in their map, ``--init`` and seed, nothing else
-    (the same model shape and training config, the same steps). Each record is the one a
+    (the same model shape and training config, the same steps); the keywords are
+    :func:`train_packed`'s. Each record is the one a
     separate training of its (candidate, seed) gives, with ``packed`` = the number of models
     trained together. ValueError (the reason) where the specs cannot be stacked."""
     from .packed import pack_problem, use_stacked
@@ -227,10 +217,11 @@ def train_stacked(
     if problem:
         raise ValueError(problem)
     use_stacked(specs, True)
-    return _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every)
+    return _train_together(specs, horizons, corpus, **kwargs)
 
 
-def _train_together(specs, horizons, corpus, record, first, last, resume, save, on_rung, progress, sync_every):
+def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None, resume=None, save=None, on_rung=None,
+                    progress=False, sync_every=None):
     from .packed import PackedHistory, PackedRungs, PackedTraining
 
     spec = specs[0]

@@ -36,7 +36,7 @@ import torch.nn.functional as F
 
 from ..config import ModelConfig, ReuseMap
 from ..encodings import Encoding
-from ..model import LoopedLM, share_keys
+from ..model import LoopedLM, attend, share_keys
 
 LAYER_WEIGHTS = ("norm1.weight", "norm2.weight", "attn.qkv.weight", "attn.proj.weight", "mlp.gate_up.weight",
                  "mlp.down.weight")
@@ -225,17 +225,7 @@ class StackedLM:
         q = q.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)  # (n·B, nh, T, hs)
         k = k.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
         v = v.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
-        if pos:
-            q, k = self.encoding.qk(q, k, pos)
-        own = (k, v)
-        if kv is not None:
-            k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
-        if keys is not None:
-            y = self.encoding.attend(q, k, v, pos, keys)
-        elif pos:
-            y = self.encoding.attend(q, k, v, pos)
-        else:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y, own = attend(self.encoding, q, k, v, pos, kv, keys)
         return _linear(y.transpose(1, 2).reshape(n, B, T, C), w["attn.proj.weight"]), own
 
     # ------------------------------------------------------------------ memory sharing
