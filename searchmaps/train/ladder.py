@@ -135,10 +135,12 @@ class Training:
         """Validate after step ``step`` and add the point to ``history``; raises
         :class:`~searchmaps.train.step.Stop` when its loss is non-finite or diverged."""
         e0 = time.perf_counter()
-        windows: list[float] = []
+        # per-window losses only where a rung ends: its record keeps them as eval_windows, out of its curve
+        windows: list[float] | None = [] if step in self.lad.steps else None
         point = {"step": step, "tokens": step * self.per_step,
-                 "val_loss": evaluate(self.model, self.val, self.device, self.precision, windows),
-                 "windows": windows}  # the record keeps the last point's as eval_windows, out of its curve
+                 "val_loss": evaluate(self.model, self.val, self.device, self.precision, windows)}
+        if windows is not None:
+            point["windows"] = windows
         history.eval_s += time.perf_counter() - e0
         history.curve.append(point)
         if self.bar is not None:
