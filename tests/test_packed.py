@@ -145,6 +145,28 @@ def test_a_ladder_packed_gives_every_rung_of_every_seed(corpus):
     assert_same(train_packed(specs, horizons, corpus), alone(specs, corpus, horizons), TOL["fp32"])
 
 
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "vmap"])
+def test_each_packed_seed_records_the_per_window_losses_of_its_separate_training(corpus, stacked):
+    """Both packed paths (the stacked model and vmap), on a two-rung ladder: every rung's
+    record has its final validation's losses per window, those its separate training records
+    (the same windows in the same order, within the packed tolerance), and its curve has none."""
+    specs = seeds(2, reuse="2,1", schedule="wsd", tokens=STEPS_50 * 2)
+    horizons = [STEPS_50, STEPS_50 * 2]
+    lads = [make_ladder(s, horizons) for s in specs]
+    training = PackedTraining(specs, lads, corpus, "cpu", stacked=stacked)
+    assert training.stacked is stacked
+    rungs = PackedRungs([RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint)
+                                               .replace(device="cpu", packed=2, rung=i) for i in range(2)}, [0, 1])
+                         for k in range(2)])
+    climb(lads[0], training, PackedHistory.fresh(2), rungs, 0, 1)
+    separate = alone(specs, corpus, horizons)
+    assert_same(rungs.records, separate, TOL["fp32"])
+    for rec in rungs.records:
+        assert len(rec.eval_windows) == 512 // 32  # --eval-tokens 512 in windows of 32
+        assert sum(rec.eval_windows) / len(rec.eval_windows) == pytest.approx(rec.val_loss, rel=1e-5)
+        assert all("windows" not in p for p in rec.curve)
+
+
 def test_saved_states_move_between_packed_and_separate_trainings(corpus, tmp_path):
     """Packed to rung 0 then each seed alone to rung 1, and alone to rung 0 then packed to
     rung 1: both equal one ladder trained alone."""
