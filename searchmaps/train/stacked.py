@@ -150,7 +150,8 @@ class StackedLM:
         """Each model's mean cross-entropy (N,): what the packed trainer differentiates."""
         return self.forward(params, idx, targets)[1]
 
-    def window_losses(self, params: dict, idx: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def window_losses(self, params: dict, idx: torch.Tensor,
+                      targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(each model's mean cross-entropy (N,), each model's per-sequence means (N, B)): the
         second from the same per-token losses as the first (fp32 from the logits, as
         :func:`~searchmaps.train.step.evaluate` computes a window's), no second forward."""
