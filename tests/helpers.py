@@ -208,7 +208,8 @@ PACKED_TOL = {"fp32": 3e-6, "bf16": 3e-2}
 def assert_same_rows(packed, separate, tol: float, models: int | None = None) -> None:
     """Packed records equal separate ones row for row: the same (seed, rung, steps) in the
     same order, both ok, validation losses within ``tol``, the same curve steps and config;
-    ``packed`` = ``models`` (default: the number of seeds) on every packed row, 1 alone."""
+    ``packed`` = ``models`` (default: the number of seeds) on every packed row, 1 alone; the
+    same per-window losses of the final validation (``eval_windows``), each within ``tol``."""
     models = models or len({r.seed for r in packed})
     assert [(r.seed, r.rung, r.steps) for r in packed] == [(r.seed, r.rung, r.steps) for r in separate]
     for p, a in zip(packed, separate):
@@ -217,6 +218,8 @@ def assert_same_rows(packed, separate, tol: float, models: int | None = None) ->
         assert [q["step"] for q in p.curve] == [q["step"] for q in a.curve]
         assert p.packed == models and a.packed == 1
         assert p.config == a.config
+        assert len(p.eval_windows) == len(a.eval_windows) > 0, (p.seed, p.rung, len(p.eval_windows))
+        assert max(abs(u - v) for u, v in zip(p.eval_windows, a.eval_windows)) < tol, (p.seed, p.rung)
 
 
 # =========================================================================== horizon ladders

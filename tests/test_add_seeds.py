@@ -137,10 +137,35 @@ def test_the_last_lines_say_how_many_seeds_would_separate_the_top_group_and_the_
     assert seeds_lines(far, DEFAULT_RULE, 0.05, command) == []
 
 
-def test_with_seeds_replaces_every_seeds_flag_or_appends_one():
+def test_with_seeds_leaves_one_seeds_flag_or_appends_one():
     assert with_seeds(["bash", "dev.sh", "demo"], 5) == ["bash", "dev.sh", "demo", "--seeds", "5"]
-    assert with_seeds(["x", "--seeds=2", "--seeds", "3", "--study", "s"], 7) == ["x", "--seeds=7", "--seeds", "7",
-                                                                                  "--study", "s"]
+    # --seeds given twice, in either spelling, or abbreviated as argparse takes it: one --seeds, where the first was
+    assert with_seeds(["x", "--seeds=2", "--seeds", "3", "--study", "s"], 7) == ["x", "--seeds", "7", "--study", "s"]
+    assert with_seeds(["x", "--seeds", "2", "--study", "s", "--seeds", "3"], 7) == ["x", "--seeds", "7", "--study", "s"]
+    assert with_seeds(["x", "--seeds=3", "--study", "s"], 7) == ["x", "--seeds", "7", "--study", "s"]
+    assert with_seeds(["x", "--seed", "3", "--see=4", "--search-seed", "1"], 7) == ["x", "--seeds", "7",
+                                                                                    "--search-seed", "1"]
+
+
+@pytest.mark.parametrize("wrapper, argv", [
+    (None, ["--space", "s.toml", "--seeds", "2", "--seeds", "3"]),
+    (None, ["--space", "s.toml", "--seeds=3"]),
+    ("bash dev.sh demo --seeds 5", ["--space", "ilr4", "--seeds", "3", "--seeds", "5"]),  # what dev.sh demo passes
+    ("bash dev.sh demo --seeds=5 --seeds 6", ["--seeds", "3", "--seeds=5", "--seeds", "6"]),
+])
+def test_the_add_seeds_command_has_exactly_one_seeds_flag(monkeypatch, wrapper, argv):
+    from searchmaps.cli.common import command_words
+
+    if wrapper is None:
+        monkeypatch.delenv("SEARCHMAPS_COMMAND", raising=False)
+    else:
+        monkeypatch.setenv("SEARCHMAPS_COMMAND", wrapper)
+    words = with_seeds(command_words("searchmaps.run", argv), 9)
+    assert sum(w.startswith("--see") for w in words) == 1 and words[words.index("--seeds") + 1] == "9"
+    assert words[:3] == (["bash", "dev.sh", "demo"] if wrapper else ["python", "-m", "searchmaps.run"])
+    # the seeds flag is in place; everything else the user gave is kept in its order
+    given = [w for w in command_words("searchmaps.run", argv) if not w.startswith("--seeds") and w not in "2356"]
+    assert [w for w in words if w not in ("--seeds", "9")] == given
 
 
 # ---------------------------------------------------------------------------- the search, on Ray

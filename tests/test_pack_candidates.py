@@ -131,7 +131,7 @@ def test_packed_candidates_give_the_rows_of_separate_trainings(space_file, tmp_p
     children): every (map, seed, rung) once, each with the numbers of one seed per training
     up to float rounding, and ``packed`` the number of models the training held."""
     from searchmaps.cli.run import main
-    from searchmaps.results import read_runs
+    from searchmaps.results import read_eval_windows, read_runs
 
     results = tmp_path / "results"
     ladder = ["--tokens", "1024,2048", "--schedule", "wsd", "--seeds", "2"]
@@ -141,9 +141,13 @@ def test_packed_candidates_give_the_rows_of_separate_trainings(space_file, tmp_p
     whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "off" / "runs.csv")}
     stacked = read_runs(results / "stack" / "runs.csv")
     assert len(whole) == 10 * 2 * 2 and sorted((r.map, r.seed, r.rung) for r in stacked) == sorted(whole)
+    # every row's per-window losses (eval_windows.jsonl, 5 decimals), the packed ones too
+    alone_w, stack_w = read_eval_windows(results / "off"), read_eval_windows(results / "stack")
     for r in stacked:
         w = whole[(r.map, r.seed, r.rung)]
         assert (r.val_loss, r.train_loss) == pytest.approx((w.val_loss, w.train_loss), rel=1e-5)
+        assert len(stack_w[r.run_id]) == len(alone_w[w.run_id]) > 0
+        assert stack_w[r.run_id] == pytest.approx(alone_w[w.run_id], abs=1e-4)
         assert (r.steps, len(r.curve), r.config_hash) == (w.steps, len(w.curve), w.config_hash)
         assert w.packed == 1
     # the space's 10 maps in packs of 3 candidates x 2 seeds, the last candidate alone with its 2 seeds

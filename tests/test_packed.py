@@ -5,6 +5,7 @@ that move between packed and separate trainings."""
 
 import dataclasses
 import math
+import weakref
 
 import pytest
 import torch
@@ -145,6 +146,28 @@ def test_a_ladder_packed_gives_every_rung_of_every_seed(corpus):
     assert_same(train_packed(specs, horizons, corpus), alone(specs, corpus, horizons), TOL["fp32"])
 
 
+@pytest.mark.parametrize("stacked", [True, False], ids=["stacked", "vmap"])
+def test_each_packed_seed_records_the_per_window_losses_of_its_separate_training(corpus, stacked):
+    """Both packed paths (the stacked model and vmap), on a two-rung ladder: every rung's
+    record has its final validation's losses per window, those its separate training records
+    (the same windows in the same order, within the packed tolerance), and its curve has none."""
+    specs = seeds(2, reuse="2,1", schedule="wsd", tokens=STEPS_50 * 2)
+    horizons = [STEPS_50, STEPS_50 * 2]
+    lads = [make_ladder(s, horizons) for s in specs]
+    training = PackedTraining(specs, lads, corpus, "cpu", stacked=stacked)
+    assert training.stacked is stacked
+    rungs = PackedRungs([RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint)
+                                               .replace(device="cpu", packed=2, rung=i) for i in range(2)}, [0, 1])
+                         for k in range(2)])
+    climb(lads[0], training, PackedHistory.fresh(2), rungs, 0, 1)
+    separate = alone(specs, corpus, horizons)
+    assert_same(rungs.records, separate, TOL["fp32"])
+    for rec in rungs.records:
+        assert len(rec.eval_windows) == 512 // 32  # --eval-tokens 512 in windows of 32
+        assert sum(rec.eval_windows) / len(rec.eval_windows) == pytest.approx(rec.val_loss, rel=1e-5)
+        assert all("windows" not in p for p in rec.curve)
+
+
 def test_saved_states_move_between_packed_and_separate_trainings(corpus, tmp_path):
     """Packed to rung 0 then each seed alone to rung 1, and alone to rung 0 then packed to
     rung 1: both equal one ladder trained alone."""
@@ -164,6 +187,50 @@ def test_saved_states_move_between_packed_and_separate_trainings(corpus, tmp_pat
     resumed = train_packed(specs, horizons, corpus, first=1, resume=files)
     for p, a in zip(resumed, [r for r in full if r.rung == 1]):
         assert (p.seed, p.rung) == (a.seed, a.rung) and abs(p.val_loss - a.val_loss) < TOL["fp32"]
+
+
+@pytest.mark.parametrize("unit", ["seeds-stacked", "seeds-vmap", "candidates"])
+def test_a_unit_out_of_memory_fails_each_of_its_trainings_and_the_next_unit_trains(corpus, monkeypatch, unit):
+    """A unit of three models whose step runs out of device memory at its 61st step (after
+    rung 0 of its two-rung ladder is recorded; a real CUDA OOM cannot be made on the CPU, so
+    the step raises torch's own OutOfMemoryError): through the worker's call, rung 0 of every
+    model is recorded ok and rung 1 failed with "out of memory: ...", none of the unit's
+    tensors outlives the call, and the next unit (two models) trains as its models alone."""
+    from searchmaps import train as train_module
+    from searchmaps.train import train_packed_or_fail
+
+    monkeypatch.setattr(train_module, "_cached_corpus", lambda data, vocab: corpus)
+    real, made = PackedTraining._update, []
+
+    def update(self, x, y, alive):
+        if not made or made[-1]() is not self:
+            made.append(weakref.ref(self))
+            self.steps_run = 0
+        self.steps_run += 1
+        if x.shape[0] == 3 and self.steps_run > 60:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(self, x, y, alive)
+
+    monkeypatch.setattr(PackedTraining, "_update", update)
+    horizons = [STEPS_50, STEPS_50 * 2]
+    kw = {"schedule": "wsd", "tokens": STEPS_50 * 2}
+    maps = ["2,1", "1,2", "1,1"] if unit == "candidates" else ["2,1"] * 3
+    big = [tiny_spec(reuse=m, seed=s if unit != "candidates" else 0, **kw) for s, m in enumerate(maps)]
+    extra = {"stacked": unit == "seeds-stacked"} if unit != "candidates" else {}
+    rows = train_packed_or_fail(big, horizons=horizons, last=1, **extra)
+    assert [(r.map, r.seed, r.rung) for r in rows] == [(m, s.seed, i) for m, s in zip(maps, big) for i in (0, 1)]
+    for r in rows:
+        assert r.packed == 3
+        if r.rung == 0:
+            assert r.status is Status.OK and len(r.eval_windows) == 512 // 32
+        else:
+            assert r.status is Status.FAILED and r.error == "out of memory: CUDA out of memory. Tried to allocate 2.00 GiB"
+            assert math.isnan(r.val_loss) and r.eval_windows == () and r.steps < STEPS_50 * 2 // (4 * 32)
+    assert made[-1]() is None  # freed when the call returned (vmap's closures hold it in a cycle)
+    small = big[:2]
+    assert_same(train_packed_or_fail(small, horizons=horizons, last=1, **extra), alone(small, corpus, horizons),
+                TOL["fp32"], models=2)
+    assert made[-1]() is None
 
 
 def test_packed_specs_must_be_one_candidate(corpus):

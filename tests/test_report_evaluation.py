@@ -171,3 +171,28 @@ def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
             said = quote.key_sentences((ROOT / "results" / folder / "report.md").read_text(encoding="utf-8"))
             assert said and all(s in block for s in said)
             assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("pack", ["off", "2"], ids=["alone", "pack-seeds-2"])
+def test_a_search_alone_or_packed_writes_per_window_losses_and_its_report_says_the_evaluation_noise(
+        space_file, tmp_path, pack):
+    """A tiny search (the local executor, 2 seeds a map), its seeds trained alone or packed
+    (--pack-seeds 2): every ok row has its final validation's losses per window in
+    eval_windows.jsonl, and report.md says the evaluation's noise beside the seeds'."""
+    from searchmaps.cli.run import main
+    from searchmaps.results import Status, read_runs
+
+    results = tmp_path / "results"
+    assert main(["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results), "--study", "s",
+                 "--compile", "off", "--precision", "fp32", "--quiet", "--executor", "local", "--workers", "1",
+                 "--pack-seeds", pack]) == 0
+    rows = [r for r in read_runs(results / "s" / "runs.csv") if r.status is Status.OK]
+    side = read_eval_windows(results / "s")
+    assert len({r.map for r in rows}) > 1 and {r.packed for r in rows} == {1 if pack == "off" else 2}
+    assert all(len(side[r.run_id]) == 256 // 32 for r in rows)  # the space's --eval-tokens 256, windows of 32
+    for r in rows:
+        assert np.mean(side[r.run_id]) == pytest.approx(r.val_loss, abs=1e-4)
+    md = (results / "s" / "report.md").read_text()
+    assert "The evaluation's own noise (a bootstrap over its 8 windows" in md
+    assert "against the seeds' " in md

@@ -188,19 +188,21 @@ def seeds_lines(ok, rule: str, alpha: float, command: list[str] | None = None, f
 
 
 def with_seeds(words: list[str], n: int) -> list[str]:
-    """A command's words with every ``--seeds`` set to ``n`` (appended when it has none)."""
-    out, i, found = [], 0, False
+    """A command's words with one ``--seeds n``: in place of its first seeds flag, every other
+    one dropped (``--seeds 3``, ``--seeds=3`` and argparse's abbreviations ``--see``/``--seed``,
+    given once or more); appended when it has none."""
+    out, i, at = [], 0, None
     while i < len(words):
         w = words[i]
-        if w == "--seeds" and i + 1 < len(words):
-            out += [w, str(n)]
-            i, found = i + 2, True
+        name = w.split("=", 1)[0]
+        if len(name) >= len("--see") and "--seeds".startswith(name):
+            at = len(out) if at is None else at
+            i += 1 if "=" in w else 2  # the flag and its value
             continue
-        if w.startswith("--seeds="):
-            w, found = f"--seeds={n}", True
         out.append(w)
         i += 1
-    return out if found else out + ["--seeds", str(n)]
+    at = len(out) if at is None else at
+    return out[:at] + ["--seeds", str(n)] + out[at:]
 
 
 def top_group_lines(ok, rule: str, alpha: float) -> list[str]:

@@ -120,7 +120,7 @@ class RunRecord:
     epochs: float = _NAN
     # the final validation's mean loss of each window, in the evaluation's window order (the same windows for
     # every map and seed): what the evaluation's own noise is bootstrapped from. Not a runs.csv column:
-    # RunsFile writes it to eval_windows.jsonl beside it; () where not measured (packed seeds, older rows)
+    # RunsFile writes it to eval_windows.jsonl beside it (packed rows too); () where not measured (failed, older rows)
     eval_windows: tuple = ()
     # the learning rate the row trained at (the config's train.lr, read once here; NaN where it has none)
     lr: float = field(init=False, repr=False, compare=False)

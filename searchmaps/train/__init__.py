@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -187,19 +188,22 @@ def train_packed(
     on_rung: Callable[[RunRecord], None] | None = None,
     progress: bool = False,
     sync_every: int | None = None,
+    stacked: bool | None = None,
 ) -> list[RunRecord]:
     """:func:`train_ladder` for several seeds of one candidate trained as one
     (:mod:`.packed`): ``specs`` differ in their seed only; ``resume`` and ``save`` hold a
     state file per seed. Returns every seed's records (seed, then rung), each with
     ``packed`` = the number of seeds; a seed that fails is recorded failed while the others
-    go on. An error that is not a training's own fails every seed's rungs not yet recorded."""
+    go on. An error that is not a training's own (out of memory: the unit did not fit) fails
+    every seed's rungs not yet recorded, and the unit's tensors are freed before this returns.
+    ``stacked``: the stacked model or ``vmap`` (None: the stacked model wherever it applies)."""
     specs = list(specs)
     spec = specs[0]
     same = {dataclasses.replace(s, seed=spec.seed).config_hash() for s in specs}
     if len({s.seed for s in specs}) != len(specs) or len(same) != 1:
         raise ValueError("packed seeds must be one candidate's config with distinct seeds")
     return _train_together(specs, horizons, corpus, record=record, first=first, last=last, resume=resume, save=save,
-                           on_rung=on_rung, progress=progress, sync_every=sync_every)
+                           on_rung=on_rung, progress=progress, sync_every=sync_every, stacked=stacked)
 
 
 def train_stacked(specs: Sequence[TrialSpec], horizons: Sequence[float] | None = None, corpus: Corpus | None = None,
@@ -221,7 +225,7 @@ def train_stacked(specs: Sequence[TrialSpec], horizons: Sequence[float] | None =
 
 
 def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None, resume=None, save=None, on_rung=None,
-                    progress=False, sync_every=None):
+                    progress=False, sync_every=None, stacked=None):
     from .packed import PackedHistory, PackedRungs, PackedTraining
 
     spec = specs[0]
@@ -240,15 +244,22 @@ def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None,
             else f"{len({s.model for s in specs})} candidates, {n} models")
     bar = _progress_bar(progress_total(lad, first, last, wanted), what, progress)
     history = PackedHistory.fresh(n)
+    training = None
     try:
-        training = PackedTraining(specs, lads, corpus, device, bar, sync_every)
+        training = PackedTraining(specs, lads, corpus, device, bar, sync_every, stacked=stacked)
         if resume is not None:
             history = training.load(resume, first - 1)
         climb(lad, training, history, rungs, first, last, save=save)
-    except (RuntimeError, MemoryError) as exc:
+    except (RuntimeError, MemoryError) as exc:  # out of memory included: every model's rungs not yet recorded fail
         rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
     finally:
         bar.close()
+    # the training sits in reference cycles (vmap's closures, a compiled or graphed step): collect
+    # it now, so the next unit of this worker finds its device memory free (a unit that ran out of it too)
+    del training
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
     return rungs.records
 
 

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -205,13 +206,23 @@ class PackedTraining(StepMachinery):
             def stacked_losses(p, b, x, y):
                 return model.losses(p, x, y)
 
+            def stacked_windows(p, b, x, y):
+                return model.window_losses(p, x, y)
+
             self._train_losses = self._val_losses = stacked_losses
+            self._val_windows = stacked_windows
         else:
             def loss(p, b, x, y):
                 return functional_call(self.template, (p, b), (x, y))[1]
 
+            def loss_and_windows(p, b, x, y):  # a window's loss as evaluate() takes it: fp32 from the logits
+                logits, mean = functional_call(self.template, (p, b), (x, y))
+                per = F.cross_entropy(logits.float().flatten(0, -2), y.flatten(), reduction="none")
+                return mean, per.view(y.shape).mean(dim=1)
+
             self._train_losses = vmap(loss, in_dims=(0, 0, 0, 0))
             self._val_losses = vmap(loss, in_dims=(0, 0, None, None))
+            self._val_windows = vmap(loss_and_windows, in_dims=(0, 0, None, None))
         if t.compile or self.options.compile_step:  # one graph for the packed forward: the map unrolled in it
             import torch._dynamo as dynamo  # `as`: a bare `import torch._dynamo` would make torch local here
 
@@ -222,6 +233,7 @@ class PackedTraining(StepMachinery):
             dynamo.config.recompile_limit = max(dynamo.config.recompile_limit, 64)
             self._train_losses = torch.compile(self._train_losses, dynamic=False)
             self._val_losses = torch.compile(self._val_losses, dynamic=False)
+            self._val_windows = torch.compile(self._val_windows, dynamic=False)
         if self.options.compile_step:  # clipping and the update too: the whole step compiled
             self._clip_and_update = torch.compile(self._clip_and_update)
 
@@ -361,27 +373,43 @@ class PackedTraining(StepMachinery):
             raise Stop(Status.FAILED, "every seed of the packed training stopped")
 
     @torch.no_grad()
-    def evaluate(self) -> list[float]:
-        """Each seed's mean validation cross-entropy (nats per token) over the fixed batches."""
+    def evaluate(self, windows: list[list[float]] | None = None) -> list[float]:
+        """Each seed's mean validation cross-entropy (nats per token) over the fixed batches.
+        ``windows`` (a list per seed): each window's own mean cross-entropy is appended to
+        seed ``s``'s list, in batch order, as :func:`~searchmaps.train.step.evaluate` does for
+        one model (batch by batch: no tensor of every window's logits at once)."""
         self.template.eval()
         total, count = torch.zeros(self.n, dtype=torch.float64, device=self.device), 0
+        per_batch = []
         for x, y in self.val:
             x, y = x.to(self.device), y.to(self.device)
             with self._kernels():
-                losses = self._val_losses(self.params, self.buffers, x, y)
+                if windows is None:
+                    losses = self._val_losses(self.params, self.buffers, x, y)
+                else:
+                    losses, per = self._val_windows(self.params, self.buffers, x, y)
+                    per_batch.append(per.float())  # (models, sequences), read once at the end
             total += losses.double() * y.numel()
             count += y.numel()
         self.template.train()
+        if windows is not None:
+            for s, values in enumerate(torch.cat(per_batch, dim=1).cpu().tolist()):
+                windows[s].extend(values)
         return (total / count).tolist()
 
     def validate(self, history: PackedHistory, step: int) -> None:
         e0 = time.perf_counter()
-        losses = self.evaluate()
+        # per-window losses only where a rung ends, as a separate training keeps them (Training.validate)
+        windows: list[list[float]] | None = [[] for _ in range(self.n)] if step in self.lad.steps else None
+        losses = self.evaluate(windows)
         spent = time.perf_counter() - e0
         for s in history.alive:
             h = history.seeds[s]
             h.eval_s += spent
-            h.curve.append({"step": step, "tokens": step * self.per_step, "val_loss": losses[s]})
+            point = {"step": step, "tokens": step * self.per_step, "val_loss": losses[s]}
+            if windows is not None:
+                point["windows"] = windows[s]
+            h.curve.append(point)
             try:
                 self.guard.val_loss(step, losses[s])
             except Stop as stop:

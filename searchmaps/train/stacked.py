@@ -142,6 +142,23 @@ class StackedLM:
         """``idx``, ``targets``: (N, B, T) token ids, each model's own batch, or (B, T), one
         batch every model reads. Returns (logits (N, B, T, vocab), each model's mean
         cross-entropy (N,) in nats or None), in the order of ``cfgs``."""
+        return self._forward(params, idx, targets)[:2]
+
+    __call__ = forward
+
+    def losses(self, params: dict, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """Each model's mean cross-entropy (N,): what the packed trainer differentiates."""
+        return self.forward(params, idx, targets)[1]
+
+    def window_losses(self, params: dict, idx: torch.Tensor,
+                      targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(each model's mean cross-entropy (N,), each model's per-sequence means (N, B)): the
+        second from the same per-token losses as the first (fp32 from the logits, as
+        :func:`~searchmaps.train.step.evaluate` computes a window's), no second forward."""
+        _, loss, windows = self._forward(params, idx, targets, windows=True)
+        return loss, windows
+
+    def _forward(self, params: dict, idx: torch.Tensor, targets: torch.Tensor | None, windows: bool = False):
         if idx.dim() == 2:
             idx = idx.expand(self.n, *idx.shape)
             targets = None if targets is None else targets.expand(self.n, *targets.shape)
@@ -186,20 +203,17 @@ class StackedLM:
             x = y if live == N else torch.cat((y, x[live:]))
         h = _rms(x, params["norm_f.weight"])
         logits = torch.bmm(h.view(N, B * T, d), table.transpose(1, 2)).view(N, B, T, V)
-        loss = None
+        loss = per_window = None
         if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, V), targets.reshape(-1), reduction="none")
-            loss = loss.view(N, -1).mean(dim=1)
+            per = F.cross_entropy(logits.float().view(-1, V), targets.reshape(-1), reduction="none")
+            loss = per.view(N, -1).mean(dim=1)
+            if windows:
+                per_window = per.view(N, B, T).mean(dim=2)
         if self.inverse is not None:
             logits = logits.index_select(0, self.inverse)
             loss = None if loss is None else loss.index_select(0, self.inverse)
-        return logits, loss
-
-    __call__ = forward
-
-    def losses(self, params: dict, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """Each model's mean cross-entropy (N,): what the packed trainer differentiates."""
-        return self.forward(params, idx, targets)[1]
+            per_window = None if per_window is None else per_window.index_select(0, self.inverse)
+        return logits, loss, per_window
 
     def _block(self, x: torch.Tensor, w: dict, pos: tuple, live: int, kv=None, keys=None):
         """:class:`~searchmaps.model.Block` for the ``live`` models of ``x`` (n, B, T, d):
