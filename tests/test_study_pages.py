@@ -1,0 +1,26 @@
+"""Committed study pages whose findings come from generated files (issue 33: findings that
+cannot drift from the rows). Each block is rebuilt from the committed CSV files and compared."""
+
+from __future__ import annotations
+
+import importlib.util
+
+from helpers import ROOT
+
+
+def load(path):
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_attribution_page_quotes_what_its_csv_files_say_now(capsys):
+    findings = load(ROOT / "results" / "ilr-table1-attribution" / "findings.py")
+    assert findings.main(["--check"]) == 0, capsys.readouterr().out
+    page = (ROOT / "results" / "ilr-table1-attribution" / "README.md").read_text(encoding="utf-8")
+    block = page.split(findings.BEGIN, 1)[1].split(findings.END, 1)[0]
+    assert block.strip() == findings.render().strip()
+    # the page's own prose after the block claims no cause the arms cannot separate
+    prose = page.split(findings.END, 1)[1]
+    assert "difference left" not in prose and "every doubling" not in prose
