@@ -24,3 +24,16 @@ def test_the_attribution_page_quotes_what_its_csv_files_say_now(capsys):
     # the page's own prose after the block claims no cause the arms cannot separate
     prose = page.split(findings.END, 1)[1]
     assert "difference left" not in prose and "every doubling" not in prose
+
+
+def test_the_inference_page_tables_are_what_its_script_prints_from_runs_csv():
+    import subprocess
+    import sys
+
+    folder = ROOT / "results" / "ilr-table1-inference"
+    printed = subprocess.run([sys.executable, str(folder / "inference_study.py"), str(folder), "--eps", "0.1"],
+                             capture_output=True, text=True, check=True, cwd=ROOT,
+                             env={**__import__("os").environ, "PYTHONPATH": str(ROOT)}).stdout
+    page = (folder / "README.md").read_text(encoding="utf-8")
+    block = page.split("<!-- inference:begin -->", 1)[1].split("<!-- inference:end -->", 1)[0]
+    assert block.strip() == printed.strip()
