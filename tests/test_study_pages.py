@@ -37,3 +37,17 @@ def test_the_inference_page_tables_are_what_its_script_prints_from_runs_csv():
     page = (folder / "README.md").read_text(encoding="utf-8")
     block = page.split("<!-- inference:begin -->", 1)[1].split("<!-- inference:end -->", 1)[0]
     assert block.strip() == printed.strip()
+
+
+def test_the_supernet_methods_page_tables_are_what_its_script_prints_from_the_folders():
+    import os
+    import subprocess
+    import sys
+
+    script = ROOT / "results" / "supernet-methods" / "supernet_methods.py"
+    page = (ROOT / "results" / "supernet-methods" / "README.md").read_text(encoding="utf-8")
+    for name, extra in (("ilr-table1", []), ("ilr4", ["ilr4", "results/ilr4-standalone-20"])):
+        printed = subprocess.run([sys.executable, str(script), "results", *extra], capture_output=True, text=True,
+                                 check=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout
+        block = page.split(f"<!-- methods-{name}:begin -->", 1)[1].split(f"<!-- methods-{name}:end -->", 1)[0]
+        assert block.strip() == printed.strip(), name
