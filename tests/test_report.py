@@ -248,6 +248,12 @@ def test_report_md_of_planned_comparisons_and_a_warning(tmp_path):
     write_report(folder, method="signflip", planned=["4,2,1,1/2,2,2,2", "all/1,1,1,1"])
     md = assert_markdown_carries_the_page(folder)
     assert "## Planned comparisons" in md and md.count("> **Warning:** ") == 1
+    # the Δ column is the paired difference in validation loss (nats), and says so
+    planned = pd.read_csv(folder / "planned.csv")
+    section = md.split("## Planned comparisons", 1)[1]
+    assert "Δ val loss, nats" in section and "Δ val ppl" not in section
+    first = planned.iloc[0]
+    assert f"{first['mean_diff']:+.3g} ({first['diff_ci_low']:+.3g} to {first['diff_ci_high']:+.3g})" in section
 
 
 def test_a_supernet_page_gets_its_report_md(tmp_path):

@@ -29,7 +29,7 @@ def planned_table(planned: pd.DataFrame, method: str, second_name: str, correcti
                   family_size: int, family: str | None = None) -> str:
     """The planned comparisons (:func:`comparisons`), each pair's verdict in both families
     side by side, as HTML."""
-    head = ["candidate", "vs", "seeds", "Δ val ppl (95 % CI)", f"p ({method})", f"p ({second_name})",
+    head = ["candidate", "vs", "seeds", "Δ val loss, nats (95 % CI)", f"p ({method})", f"p ({second_name})",
             f"p corrected ({correction}, {len(planned)} planned)", f"significant at α = {alpha:g}",
             family or f"all-pairs family: p corrected over {family_size} pairs"]
 
@@ -54,7 +54,7 @@ def section(planned: pd.DataFrame, res: stats.Analysis, second_name: str) -> Sec
     said = family_sentences(planned, res.family_size, res) if res.family_size else []
     text = (f"<p class=caption>Hypotheses named before the results "
             f"(--planned), each a paired test, corrected over these {len(planned)} only; "
-            f"Δ is the first minus the second (negative: the first has lower perplexity). The ranking, "
+            f"Δ is the first minus the second in validation loss, nats (negative: the first is better). The ranking, "
             f"the significance matrix and the top group use {family_label(res)} instead, so a pair can be "
             f"significant here and not there, or the reverse: the last column gives each pair's verdict "
             f"in that family.</p>"
