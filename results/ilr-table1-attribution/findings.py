@@ -136,7 +136,7 @@ def render() -> str:
     c = summary["c"]
     behind = c["val_loss_mean"] - c.loc[BASELINE, "val_loss_mean"]
     worst = behind.sort_values(ascending=False).index[:2]
-    out.append(f"- **Arm c's last two.** " + " and ".join(
+    out.append("- **Arm c's last two.** " + " and ".join(
         f"`{bare(w)}` is {behind[w]:.2f} nats behind the baseline (seed sd {c.loc[w, 'std']:.3g} perplexity)" for w in worst)
                + f"; the other maps' seed sd is {c.drop(worst)['std'].min():.2g} to {c.drop(worst)['std'].max():.2g} perplexity.")
 
