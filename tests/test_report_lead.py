@@ -50,7 +50,7 @@ def test_the_lead_is_at_most_three_sentences_and_answers_both_readings(ladder):
     lead, parts = quote.result_parts(md)
     assert 2 <= len(lead) <= 3, lead
     text = " ".join(lead)
-    assert text.startswith("At equal tokens (1.6M tokens each, the reading this search trained and ranked the maps by)")
+    assert text.startswith("At equal tokens (1,600,000 tokens each, the reading this search trained and ranked the maps by)")
     assert "At equal training FLOPs (read from the ladder at " in text
     # every number of the lead is also below it, in a subsection or a table, where it is explained
     below = md.split(lead[-1], 1)[1]
@@ -142,3 +142,16 @@ def test_the_readme_findings_across_studies_are_generated_and_drop_what_the_rows
             if re.match(r"\| `", line)] == maps
     n_ladders = len(list((ROOT / "results").glob("*/equal_flops.csv")))
     assert f"of the {n_ladders} committed ladder studies" in block
+
+
+def test_every_committed_report_md_has_a_short_lead_whose_numbers_are_explained_below():
+    quote = _quote()
+    folders = sorted((ROOT / "results").glob("*/report.md"))
+    assert len(folders) >= 18
+    for path in folders:
+        md = path.read_text(encoding="utf-8")
+        lead, parts = quote.result_parts(md)
+        assert 1 <= len(lead) <= 3 and lead[0].startswith("At equal "), (path, lead)
+        assert "Top group" in parts and "Evaluation" in parts, (path, list(parts))
+        below = md.split(lead[-1], 1)[1]
+        assert _numbers(" ".join(lead)) <= _numbers(below), (path, _numbers(" ".join(lead)) - _numbers(below))

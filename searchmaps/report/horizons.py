@@ -203,9 +203,9 @@ def _fewest_seeds() -> int:
 def sentence_parts(a: HorizonAnalysis) -> list[tuple[str, list[str]]]:
     """The result's subsections of the ladder: "Horizons" (which horizon is confirmatory, the
     maps that never reached it, how far the intervals can be trusted), "Rank stability"
-    (whether the ranking between horizons is stable), "Extrapolation (fitted curves)" and
-    "Gap trends (measured)" (what the fits and the measured gap trends say about the
-    target) and "Against <the published ranking>"."""
+    (whether the ranking between horizons is stable), "Extrapolation (fitted curves)",
+    "Shared floor (second opinion)" and "Gap trends (measured)" (what the fits and the
+    measured gap trends say about the target) and "Against <the published ranking>"."""
     head = [family_sentence(a)]
     short = missing_sentence(a.means)
     if short:
@@ -236,12 +236,12 @@ def sentence_parts(a: HorizonAnalysis) -> list[tuple[str, list[str]]]:
     for said in (floor_sentence(a.scaling, a.horizons), misfit_sentence(a.scaling, a.reference)):
         if said:
             fits.append(said)
-    trends = []
+    trends, shared = [], []
     if a.trend is not None and len(a.trend):
-        fits += shared_floor_sentences(a.scaling, a.trend, a.target, a.unit)
+        shared = shared_floor_sentences(a.scaling, a.trend, a.target, a.unit)
         trends = trend_sentences(a.trend, a.unit)
     parts = [("Horizons", head), ("Rank stability", out), ("Extrapolation (fitted curves)", fits),
-             ("Gap trends (measured)", trends)]
+             ("Shared floor (second opinion)", shared), ("Gap trends (measured)", trends)]
     if a.published is not None and a.published["kendall_tau"].notna().any():
         name = (a.published_source or "").split(" (")[0] or "the published ranking"
         parts.append((f"Against {name}", [published_sentence(a.published, a.published_source)]))

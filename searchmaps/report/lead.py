@@ -3,7 +3,7 @@ best at a given compute, and is the difference real — under both readings, and
 one the search optimised. Equal tokens (or equal FLOPs for a FLOP-matched search) is what
 the search trained and ranked; equal training FLOPs is read from a ladder's rungs
 (:mod:`~searchmaps.report.compute`), or said to be out of reach of one horizon. Every number
-here is also in the subsections below it, which say how it was made."""
+here is also below it (a subsection, a table or the protocol), where it is explained."""
 
 from __future__ import annotations
 
@@ -43,11 +43,13 @@ def _unranked(unranked: dict[str, str] | None, last: str) -> str:
 
 def search_reading(ok: pd.DataFrame) -> tuple[bool, str]:
     """Whether the search compared its maps at equal training FLOPs (else tokens), and at how
-    much: ``(False, "12.8M tokens each")``."""
+    much: ``(False, "12,800,000 tokens each")``."""
     flop_matched = bool((ok["horizon"] == "train_flops").any()) if "horizon" in ok else False
-    if flop_matched:
-        return True, f"{_f(float(ok['train_flops'].median()))} training FLOPs each"
-    return False, f"{h(float(ok['tokens'].median()))} tokens each"
+    if flop_matched:  # written as the protocol writes it, so the number is found there
+        target = ok["horizon_target"].dropna() if "horizon_target" in ok else pd.Series(dtype=float)
+        flops = float(target.iloc[0]) if len(target) and ok["rung"].max() > 0 else float(ok["train_flops"].median())
+        return True, f"{flops:.3g} training FLOPs each"
+    return False, f"{float(ok['tokens'].median()):,.0f} tokens each"
 
 
 def ranking_lead(summary: pd.DataFrame, best: str, reference: str | None, ok: pd.DataFrame, alpha: float,
