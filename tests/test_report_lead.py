@@ -155,3 +155,14 @@ def test_every_committed_report_md_has_a_short_lead_whose_numbers_are_explained_
         assert "Top group" in parts and "Evaluation" in parts, (path, list(parts))
         below = md.split(lead[-1], 1)[1]
         assert _numbers(" ".join(lead)) <= _numbers(below), (path, _numbers(" ".join(lead)) - _numbers(below))
+
+
+def test_the_terminal_summary_names_the_maps_a_ladder_left_out_too(ladder):
+    from searchmaps.report.summary import load_runs
+    from searchmaps.report.terminal import unranked_lines
+    from searchmaps.results import records_frame
+
+    study, _, _ = ladder
+    frame = records_frame(load_runs(study))
+    assert unranked_lines(frame) == ["not ranked (did not reach the last horizon, 1.6M): 2,2,1,1|rope (stopped at 400k)"]
+    assert unranked_lines(frame[frame["candidate"] != "2,2,1,1|rope"]) == []
