@@ -4,13 +4,16 @@ drift from the rows).
 Each page named in :data:`PAGES` gets, between the markers ``<!-- findings:begin -->`` and
 ``<!-- findings:end -->`` (added after the page's title and first paragraph when missing), a
 block that quotes, for each of its study folders, the key generated sentences of that folder's
-``report.md``: the ranking's result (the best map, the top group and the baseline), the
-equal-FLOPs reading of a ladder, the agreement with ILR's table, and the evaluation's size and
-source. Nothing in the block is written by hand.
+``report.md``: its lead (the answer under both readings), the "Top group" subsection, and
+the first sentence of the equal-FLOPs baseline, the agreement with ILR's table and the
+evaluation's size and source, each labelled with its subsection. Nothing in the block is written by hand.
 
 The README's "What the committed studies found" gets the same kind of block (between
-``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, its first folder's best map
-and top group, its equal-FLOPs baseline sentence and its agreement with ILR's table.
+``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, the lead of its first
+folder's report.md (the answer at equal tokens and at equal training FLOPs) and its agreement
+with ILR's table; then the findings across studies that :mod:`findings_across` computes from
+the committed CSV files (every summary.csv, equal_flops.csv and supernet_validation.csv, and the
+inference study's runs.csv).
 
     python results/quote_findings.py           # rewrite the blocks
     python results/quote_findings.py --check   # exit 1, naming the page, when a block is stale
@@ -21,6 +24,9 @@ from __future__ import annotations
 import re
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import findings_across as across  # noqa: E402  (its sibling: the findings across studies)
 
 RESULTS = Path(__file__).resolve().parent
 BEGIN, END = "<!-- findings:begin -->", "<!-- findings:end -->"
@@ -34,35 +40,57 @@ PAGES = {
     "ilr-table1-inference": ["ilr-table1-inference"],
     "deep8-prescreen": ["deep8-prescreen"],
 }
-# the sentences quoted: the ranking's (from "is best" up to the noise sentence), then the first
-# sentence opening with each of these
-OPENINGS = ("The ranking above compares the maps at equal tokens", "There the baseline", "Against ILR Table 1",
-            "Evaluation (", "Evaluation:")
+# the result's subsections quoted (after the lead): the whole of each of these...
+WHOLE = ("Top group",)
+# ...and the first sentence opening so in any other subsection
+OPENINGS = ("There the baseline", "Against ", "Evaluation (", "Evaluation:")
 
 
 def sentences(paragraph: str) -> list[str]:
-    """The result paragraph cut into sentences: a full stop, then a space and a capital or a backtick."""
+    """A paragraph cut into sentences: a full stop, then a space and a capital or a backtick."""
     return re.split(r"(?<=[.!?])\s+(?=[A-Z`])", paragraph.strip())
 
 
-def result_paragraph(report_md: str) -> str:
-    body = report_md.split("## Result", 1)[1]
-    parts = [p for p in body.split("\n\n") if p.strip() and not p.startswith(">")]
-    return parts[0] if parts else ""
+def result_parts(report_md: str) -> tuple[list[str], dict[str, list[str]]]:
+    """The ``## Result`` of a report.md: its lead's sentences, and each ``### `` subsection's
+    (heading -> sentences), warnings left out."""
+    body = report_md.split("## Result", 1)[1].split("\n## ", 1)[0]
+    lead, parts, current = [], {}, None
+    for chunk in body.split("\n\n"):
+        chunk = chunk.strip()
+        if not chunk or chunk.startswith(">"):
+            continue
+        if chunk.startswith("### "):
+            current = chunk[4:].strip()
+            parts[current] = []
+            continue
+        (lead if current is None else parts[current]).extend(sentences(chunk))
+    return lead, parts
+
+
+def key_parts(report_md: str) -> list[tuple[str, list[str]]]:
+    """What a page quotes, as (label, sentences): the lead (label ""), the whole of each
+    :data:`WHOLE` subsection and the first sentence of the others that opens with one of
+    :data:`OPENINGS`, each under its subsection's heading."""
+    lead, parts = result_parts(report_md)
+    out = [("", lead)] if lead else []
+    for heading, said in parts.items():
+        if heading in WHOLE:
+            out.append((heading, said))
+            continue
+        hit = next((x for x in said if x.startswith(OPENINGS)), None)
+        if hit:
+            out.append((heading, [hit]))
+    return out
 
 
 def key_sentences(report_md: str) -> list[str]:
-    said = sentences(result_paragraph(report_md))
-    out = []
-    for s in said:  # the ranking's own sentences come first in the paragraph
-        if s.startswith(("The maps' residual sd", "The maps' seed noise", "The ranking above", "Confirmatory")):
-            break
-        out.append(s)
-    for opening in OPENINGS:
-        hit = next((s for s in said if s.startswith(opening)), None)
-        if hit and hit not in out:
-            out.append(hit)
-    return out
+    return [x for _, said in key_parts(report_md) for x in said]
+
+
+def _quote(parts: list[tuple[str, list[str]]]) -> str:
+    return "\n>\n".join("> " + (f"*{label}:* " if label and not said[0].startswith(label) else "") + " ".join(said)
+                         for label, said in parts)
 
 
 def block(page: str) -> str:
@@ -72,7 +100,7 @@ def block(page: str) -> str:
     for folder in PAGES[page]:
         md = (RESULTS / folder / "report.md").read_text(encoding="utf-8")
         rel = "report.md" if folder == page else f"../{folder}/report.md"
-        lines += [f"**`{folder}`** ([report.md]({rel})):", "", "> " + "\n>\n> ".join(key_sentences(md)), ""]
+        lines += [f"**`{folder}`** ([report.md]({rel})):", "", _quote(key_parts(md)), ""]
     lines.append(END)
     return "\n".join(lines)
 
@@ -89,14 +117,19 @@ R_BEGIN, R_END = "<!-- studies:begin -->", "<!-- studies:end -->"
 
 
 def readme_block() -> str:
-    lines = [R_BEGIN, "Quoted from each study's `report.md` by `python results/quote_findings.py` (nothing here "
-             "is written by hand):", ""]
+    lines = [R_BEGIN, "Generated from the committed files by `python results/quote_findings.py` (nothing here "
+             "is written by hand). Each study's answer, quoted from the lead of its `report.md`:", ""]
     for page, title in TITLES.items():
         folder = README_FOLDER.get(page, PAGES[page][0])
-        said = key_sentences((RESULTS / folder / "report.md").read_text(encoding="utf-8"))
-        keep = [x for x in said if x.startswith("`") and " is best" in x or "significantly worse" in x
-                or x.startswith(("There the baseline", "Against ILR Table 1"))]
-        lines.append(f"- **{title}** ([page](results/{page}/README.md), `{folder}`): " + " ".join(keep))
+        lead, parts = result_parts((RESULTS / folder / "report.md").read_text(encoding="utf-8"))
+        against = next((said[0] for heading, said in parts.items() if heading.startswith("Against ") and said), None)
+        lines.append(f"- **{title}** ([page](results/{page}/README.md), `{folder}`): " + " ".join(lead)
+                     + (f" {against}" if against else ""))
+    lines += ["", "Across the committed studies, from their files:", "",
+              f"- {across.equal_tokens()}", f"- {across.equal_flops()}", f"- {across.supernets()}", "",
+              "What ILR's maps cost at inference ([ilr-table1-inference](results/ilr-table1-inference/README.md), "
+              "from its `runs.csv`; intervals 95 % over seeds):", ""]
+    lines += across.inference()
     lines.append(R_END)
     return "\n".join(lines)
 

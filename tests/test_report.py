@@ -32,10 +32,14 @@ from searchmaps.results import RunsFile
 from searchmaps.stats.topgroup import DEFAULT_RULE, top_group
 
 
+def result_paragraphs(page: str) -> list[str]:
+    """The result's paragraphs (the lead, then each subsection's), `code` for candidate names."""
+    return [html.unescape(re.sub(r"</?code>", "`", p)) for p in re.findall(r"<p class=result>(.*?)</p>", page, re.S)]
+
+
 def result_text(page: str) -> str:
-    """The result paragraph as sentences, `code` for candidate names."""
-    para = re.search(r"<p class=result>(.*?)</p>", page, re.S).group(1)
-    return html.unescape(re.sub(r"</?code>", "`", para))
+    """The sentences of the result's subsections (the lead above them left out), as one text."""
+    return " ".join(result_paragraphs(page)[1:])
 
 
 @pytest.fixture(scope="module")
@@ -220,7 +224,8 @@ def assert_markdown_carries_the_page(folder: Path) -> str:
     md = (folder / "report.md").read_text(encoding="utf-8")
     assert len(md.encode()) < 40_000 < 3_000_000 < len(page.encode())  # no plotly.js in the Markdown
     assert "<script" not in md and "<table" not in md and "<td>" not in md
-    assert result_text(page) in md  # the sentences, `code` and all
+    for para in result_paragraphs(page):  # the lead and each subsection's sentences, `code` and all
+        assert f"\n\n{para}\n\n" in md, para
     md_rows = [NUMBERS.findall(line) for line in md.splitlines() if line.startswith("| ")]
     html_rows = re.findall(r"<tr[^>]*>(.*?)</tr>", page, re.S)
     assert html_rows and len(md_rows) >= len(html_rows)
@@ -800,7 +805,9 @@ def test_the_ranking_table_says_its_unit_and_shows_the_second_test_only_where_it
 
 def test_a_report_without_a_ladder_has_no_equal_flops_reading(realistic):
     assert not (realistic[0] / "equal_flops.csv").exists()
-    assert "equal training FLOPs" not in (realistic[0] / "report.html").read_text()
+    page = (realistic[0] / "report.html").read_text()
+    assert "<h3>Equal training FLOPs</h3>" not in page and "<h2>At equal training FLOPs</h2>" not in page
+    assert "At equal training FLOPs this study cannot say: it has one horizon" in result_paragraphs(page)[0]
 
 
 def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trends(tmp_path):

@@ -15,6 +15,7 @@ import pandas as pd
 from .. import stats
 from ..stats import DEFAULT_RULE
 from .horizons import ladder_rows
+from .lead import flops_lead
 from .section import Section, code, html_table
 
 
@@ -131,7 +132,8 @@ def section(frame: pd.DataFrame, reference: str | None, alpha: float = 0.05, rul
     table = stats.equal_flops(rows, reference=reference, alpha=alpha, rule=rule)
     n_maps = rows["candidate"].nunique()
     return Section(
-        sentences=sentences(table, reference, unit, n_maps),
+        sentences=sentences(table, reference, unit, n_maps), heading="Equal training FLOPs",
+        lead=[flops_lead(table, reference, n_maps)],
         figures=[("Loss vs training FLOPs", figure(rows, table, shown),
                   "Each map's mean validation loss at every rung of its ladder, placed at the training FLOPs it had "
                   "spent there, with a 95 % CI over seeds. Read across at a dotted line: the maps at equal "

@@ -94,4 +94,4 @@ def sentences(study_dir, records: list[RunRecord], ok: pd.DataFrame) -> list[str
 
 
 def section(study_dir, records: list[RunRecord], ok: pd.DataFrame) -> Section:
-    return Section(sentences=sentences(study_dir, records, ok))
+    return Section(sentences=sentences(study_dir, records, ok), heading="Evaluation")

@@ -87,5 +87,6 @@ def section(ok: pd.DataFrame, tolerance: float | None = None) -> Section | None:
                "point the mean over its seeds of the validation loss and the mean applied layers per token under "
                "exit; the rightmost point is full depth (threshold 0). Hover for the threshold and the inference "
                "FLOPs per token (the exit checks' heads counted). Per map and threshold: exit.csv.")
-    return Section(sentences=sentences(ok, tolerance), figures=[("Per-token exit: loss against depth", figure(table), caption)],
+    return Section(sentences=sentences(ok, tolerance), heading="Per-token exit",
+                   figures=[("Per-token exit: loss against depth", figure(table), caption)],
                    files={"exit.csv": table.to_csv(index=False)})

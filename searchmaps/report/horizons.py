@@ -125,8 +125,8 @@ def section(a: HorizonAnalysis, shown: set[str]) -> Section:
     """The horizon section of ``a``: its sentences, the two figures (drawing ``shown``,
     the top group and the baseline, and every candidate when there are few), the ranks
     table and the files of :func:`files`."""
-    return Section(
-        sentences=sentences(a),
+    return Section.of_parts(
+        sentence_parts(a),
         figures=[("Rank vs horizon", rank_figure(a, shown),
                   "Each candidate's rank among those that reached a horizon (1 = best), with a 95 % bootstrap "
                   "interval over seeds; all pairs of horizons, with Kendall's τ and Spearman's ρ, are in "
@@ -189,7 +189,8 @@ def seeds_sentence(a: HorizonAnalysis) -> str:
     n = int(a.stability["n_seeds"].min()) if len(a.stability) else 0
     if n < 2 or not stats.few_seeds(n):
         return ""
-    return (f"Every interval in this section resamples {n} seeds: from so few a percentile bootstrap is too narrow "
+    return (f"Every interval of the horizons, the extrapolation and the comparison with a published ranking "
+            f"resamples {n} seeds: from so few a percentile bootstrap is too narrow "
             f"(for a mean it covers about {100 * stats.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
             f"{_fewest_seeds()} seeds to reach {100 * stats.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
             f"the uncertainty (few_seeds in the csv files).")
@@ -199,14 +200,20 @@ def _fewest_seeds() -> int:
     return next(n for n in range(2, 1000) if not stats.few_seeds(n))
 
 
-def sentences(a: HorizonAnalysis) -> list[str]:
-    """Which horizon is confirmatory, whether the ranking between horizons is stable, what
-    the fits and the measured gap trends say about the target, and how the ranking compares
-    with a published one."""
-    out = [family_sentence(a)]
+def sentence_parts(a: HorizonAnalysis) -> list[tuple[str, list[str]]]:
+    """The result's subsections of the ladder: "Horizons" (which horizon is confirmatory, the
+    maps that never reached it, how far the intervals can be trusted), "Rank stability"
+    (whether the ranking between horizons is stable), "Extrapolation (fitted curves)",
+    "Shared floor (second opinion)" and "Gap trends (measured)" (what the fits and the
+    measured gap trends say about the target) and "Against <the published ranking>"."""
+    head = [family_sentence(a)]
     short = missing_sentence(a.means)
     if short:
-        out.append(short)
+        head.append(short)
+    said = seeds_sentence(a)
+    if said:
+        head.append(said)
+    out = []
     st = a.stability
     first_last = st[(st["rung_a"] == st["rung_a"].min()) & (st["rung_b"] == st["rung_b"].max())].iloc[0]
     tau, lo, hi = first_last["kendall_tau"], first_last["kendall_tau_low"], first_last["kendall_tau_high"]
@@ -225,19 +232,20 @@ def sentences(a: HorizonAnalysis) -> list[str]:
     if isinstance(first_last["top_group_a"], str):
         out.append(f"The top groups at the shortest (descriptive) and the longest horizon share "
                    f"{int(first_last['top_overlap'])} of {int(first_last['top_union'])} candidates.")
-    out += crossing_sentences(a.scaling, a.crossings, a.target, a.unit)
+    fits = crossing_sentences(a.scaling, a.crossings, a.target, a.unit)
     for said in (floor_sentence(a.scaling, a.horizons), misfit_sentence(a.scaling, a.reference)):
         if said:
-            out.append(said)
+            fits.append(said)
+    trends, shared = [], []
     if a.trend is not None and len(a.trend):
-        out += trend_sentences(a.trend, a.unit)
-        out += shared_floor_sentences(a.scaling, a.trend, a.target, a.unit)
+        shared = shared_floor_sentences(a.scaling, a.trend, a.target, a.unit)
+        trends = trend_sentences(a.trend, a.unit)
+    parts = [("Horizons", head), ("Rank stability", out), ("Extrapolation (fitted curves)", fits),
+             ("Shared floor (second opinion)", shared), ("Gap trends (measured)", trends)]
     if a.published is not None and a.published["kendall_tau"].notna().any():
-        out.append(published_sentence(a.published, a.published_source))
-    said = seeds_sentence(a)
-    if said:
-        out.append(said)
-    return out
+        name = (a.published_source or "").split(" (")[0] or "the published ranking"
+        parts.append((f"Against {name}", [published_sentence(a.published, a.published_source)]))
+    return parts
 
 
 def missing_sentence(means: pd.DataFrame) -> str:

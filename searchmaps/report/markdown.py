@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from html.parser import HTMLParser
 
-from .section import Section
+from .section import Section, result_groups
 
 _MARK = {"code": "`", "b": "**", "strong": "**"}
 
@@ -100,16 +100,19 @@ def render_markdown(title: str, sections: list[Section], protocol: list[str], wa
                                  "[runs.csv](runs.csv).",
                     rebuild: str = "`python -m searchmaps.report <this folder>` rebuilds it") -> str:
     """The whole of report.md, in the page's order: the title, the result (``warnings``,
-    then every section's sentences), the ``top_tables``, the figures by name (they are in
+    then the sections' ``lead`` sentences as one short paragraph, then every section's
+    sentences under its labelled ``### `` subsections, :func:`~searchmaps.report.section.result_groups`), the ``top_tables``, the figures by name (they are in
     report.html), the other ``tables``, the protocol (``warnings`` again, then
     ``protocol``) and ``files`` (a line naming the folder's data files); ``rebuild`` says
     how report.html is made again. Sentences keep
     their `backticks`, which Markdown reads as code."""
     out = [f"# {_heading(title)}", "## Result"]
     out += [f"> **Warning:** {w}" for w in warnings]
-    result = " ".join(s for sec in sections for s in sec.sentences)
-    if result:
-        out.append(result)
+    lead = " ".join(s for sec in sections for s in sec.lead)
+    if lead:
+        out.append(lead)
+    for heading, said in result_groups(sections):
+        out += [f"### {_heading(heading)}", " ".join(said)]
     for sec in sections:
         for heading, body in sec.top_tables:
             out += [f"## {_heading(heading)}", from_html(body)]

@@ -60,5 +60,5 @@ def section(planned: pd.DataFrame, res: stats.Analysis, second_name: str) -> Sec
             f"in that family.</p>"
             + planned_table(planned, res.method, second_name, res.correction, res.alpha, res.family_size,
                             f"{family_label(res, short=True)}: p" if res.family == "rule" else None))
-    return Section(sentences=said, top_tables=[("Planned comparisons", text)],
+    return Section(sentences=said, heading="Planned comparisons", top_tables=[("Planned comparisons", text)],
                    files={"planned.csv": planned.to_csv(index=False)})

@@ -62,21 +62,25 @@ def ranking_table(summary: pd.DataFrame, second_name: str, objectives=(), alpha:
 
 
 def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: stats.Analysis, second_name: str,
-            alpha: float, rule: str, info: dict, title: str) -> Section:
+            alpha: float, rule: str, info: dict, title: str, unranked: dict[str, str] | None = None,
+            last: str = "", lead: list[str] = ()) -> Section:
     """The ranking section of ``summary`` (complete: with ``pareto_separated`` where the
     study's objectives have a front the seeds separate and, for a tuned study, ``lr``),
     which it also gives as ``summary.csv``. ``runs`` are the last horizon's rows, ``ok``
     the ones the statistics use, ``res`` their :func:`searchmaps.stats.topgroup.analyze`; the
     Pareto figures plot the study's objectives (study.json's, :mod:`searchmaps.objectives`),
-    the first against each other one; ``title`` is the first figure's."""
+    the first against each other one; ``title`` is the first figure's. ``unranked``
+    (candidate -> the horizon it stopped at) are a ladder's maps that never reached its
+    last rung ``last``; ``lead`` is the section's share of the result's lead
+    (:mod:`~searchmaps.report.lead`). Its sentences fall under "Top group" and "Seed noise"."""
     objectives = objs.of_study(info)
     several = ok["candidate"].nunique() > 1
     detail = res.rule_detail
     said = result_sentences(summary, res.best, res.reference, alpha, first_errors(runs), res.family_size,
-                            detail, ok.groupby("candidate")[METRIC].std(ddof=1).to_dict())
+                            detail, ok.groupby("candidate")[METRIC].std(ddof=1).to_dict(), unranked, last)
     noise = noise_sentence(stats.noise_check(stats.to_matrix(ok, METRIC), rule, alpha)) if several else None
     readmitted = readmitted_sentence(summary, bool(info.get("racing")))
-    said += [s for s in (noise, readmitted) if s]
+    said += [readmitted] if readmitted else []
     figures = []
     for i, (y, x) in enumerate(pareto_axes(objectives)):
         fig = pareto_figure(summary, info.get("budget_flops"), res.reference,
@@ -118,8 +122,9 @@ def section(summary: pd.DataFrame, runs: pd.DataFrame, ok: pd.DataFrame, res: st
                         "its mean over seeds with a ± 1 sd band; in every panel the best map's mean (dashed) and the "
                         "baseline's (dotted grey) to read the gap against. Axes are shared."))
     table = ranking_table(summary, second_name, objectives, alpha)
-    return Section(sentences=said, figures=figures, top_tables=[("Ranking", table)],
-                   files={"summary.csv": summary.to_csv(index=False)})
+    return Section.of_parts([("Top group", said), ("Seed noise", [noise] if noise else [])], lead=list(lead),
+                            figures=figures, top_tables=[("Ranking", table)],
+                            files={"summary.csv": summary.to_csv(index=False)})
 
 
 def failures(runs: pd.DataFrame) -> Section:

@@ -144,16 +144,33 @@ def allowance_note(rule: TopGroup | None, seed_sd: dict | None, n_pairs: dict | 
             f"seeds than the other maps' do.")
 
 
+def unranked_clause(unranked: dict[str, str] | None, last: str) -> str:
+    """The maps a ladder trained that never reached its last rung ``last`` (``unranked``:
+    candidate -> the horizon it stopped at): they are not ranked there. "" when none."""
+    if not unranked:
+        return ""
+    shown = [f"`{c}` (stopped at {h})" for c, h in unranked.items()]
+    names = shown[0] if len(shown) == 1 else f"{', '.join(shown[:-1])} and {shown[-1]}"
+    one = len(shown) == 1
+    return (f"{names} did not reach {last}, so {'it is' if one else 'they are'} not ranked and not in the top "
+            f"group")
+
+
 def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, alpha: float,
                      errors: dict[str, str] | None = None, family_size: int | None = None,
-                     rule: TopGroup | None = None, seed_sd: dict | None = None) -> list[str]:
+                     rule: TopGroup | None = None, seed_sd: dict | None = None,
+                     unranked: dict[str, str] | None = None, last: str = "") -> list[str]:
     """The result in plain sentences, from a :func:`~searchmaps.report.summary.build_summary`
     table (best first). ``rule`` (the top-group rule's answer,
     :func:`searchmaps.stats.topgroup.rule_detail`): when it decides by allowances, the sentences
     give them instead of the all-pairs p-values, and :func:`allowance_note` where some
     allowances are much wider than the others (``seed_sd``: candidate -> sd of its validation
-    loss over seeds, nats)."""
+    loss over seeds, nats). ``unranked`` (candidate -> the horizon it stopped at) are maps a
+    ladder trained that never reached its last rung ``last``: the top-group sentence names
+    them as not ranked."""
     errors = errors or {}
+    missing = unranked_clause(unranked, last)
+    reached = f" maps that reached {last}" if missing else ""
     ok = summary[summary["n_seeds"] > 0].set_index("candidate")
     b = ok.loc[best]
     out = []
@@ -172,14 +189,16 @@ def result_sentences(summary: pd.DataFrame, best: str, reference: str | None, al
                        "the order by mean is descriptive only.")
         elif worse.empty:
             out.append(f"No other candidate is significantly worse ({why_top}): "
-                       f"{'both are' if len(ok) == 2 else f'all {len(ok)} are'} in the top group, "
-                       f"so these seeds cannot separate them.")
+                       f"{f'both{reached} are' if len(ok) == 2 else f'all {len(ok)}{reached} are'} in the "
+                       f"top group, so these seeds cannot separate them" + (f"; {missing}." if missing else "."))
         elif top.empty:
-            out.append(f"Every other candidate is significantly worse ({why_out}).")
+            out.append(f"Every other candidate is significantly worse ({why_out})"
+                       + (f"; {missing}." if missing else "."))
         else:
             out.append(f"{_names(list(top.index))} {_verb(len(top), 'is', 'are')} not significantly worse "
                        f"({why_top}); {_names(list(worse.index), 3)} "
-                       f"{_verb(len(worse), 'is', 'are')} significantly worse ({why_out}).")
+                       f"{_verb(len(worse), 'is', 'are')} significantly worse ({why_out})"
+                       + (f"; {missing}." if missing else "."))
         if pooled and family_size != 0:
             note = allowance_note(rule, seed_sd, rule.extra.get("n_pairs") if isinstance(rule.extra, dict) else None)
             if note:

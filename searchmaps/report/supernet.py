@@ -234,7 +234,7 @@ def section(scores: pd.DataFrame, ok: pd.DataFrame, rule: str, alpha: float, inf
     sentence and ``supernet_validation.csv``."""
     m = means(scores)
     agreement = validate(scores, ok, rule, alpha)
-    out = Section(figures=[("Supernet over the whole space", pareto_figure(m, budget_of(info)),
+    out = Section(heading="Supernet", figures=[("Supernet over the whole space", pareto_figure(m, budget_of(info)),
                             "Every feasible map scored with the supernet's shared weights (mean over its seeds; "
                             "supernet.csv); the blue step line is the front of perplexity against FLOPs.")])
     if agreement is not None:
@@ -313,7 +313,8 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
                         f"between the mean losses of two disjoint halves of the stand-alone seeds, over every split "
                         f"(or {stats.N_BOOT} random ones), with the spread over splits.")
     title = f"Supernet: {study_dir.name}"
-    sections = [Section(sentences=result, figures=figures, top_tables=[("Ranking", table(m, {}))])]
+    sections = [Section(lead=result[:1], sentences=result[1:], heading="Against stand-alone training",
+                        figures=figures, top_tables=[("Ranking", table(m, {}))])]
     footer = ('<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
               + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
                  if agreement is not None else "") + ".</p>")

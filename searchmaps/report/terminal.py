@@ -103,7 +103,7 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha):
+        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha) + unranked_lines(frame):
             print(line)
         fixed = "racing" if plan.racing else "--promote" if getattr(plan, "promote", False) else ""
         for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, fixed=fixed):
@@ -114,6 +114,26 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
 
     for line in evaluation_sentences(getattr(plan, "study_dir", None), all_rows, ok):
         print(line)
+
+
+def unranked_lines(frame) -> list[str]:
+    """A ladder's maps with no successful row at its last rung (the report's top-group
+    sentence names them too): the top group above leaves them out. Empty when none."""
+    from .horizons import ladder_rows
+    from .lead import h
+
+    rows = ladder_rows(frame)
+    if rows is None:
+        return []
+    last = rows["rung"].max()
+    reached = rows.groupby("candidate")["rung"].max()
+    short = reached[reached < last].sort_index()
+    if short.empty:
+        return []
+    at = rows.groupby(["candidate", "rung"])["horizon_target"].first()
+    top = float(rows.loc[rows["rung"] == last, "horizon_target"].iloc[0])
+    return [f"not ranked (did not reach the last horizon, {h(top)}): "
+            + ", ".join(f"{c} (stopped at {h(float(at[(c, r)]))})" for c, r in short.items())]
 
 
 def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:

@@ -81,5 +81,6 @@ def table(tuned: pd.DataFrame) -> str:
 def section(tuned: pd.DataFrame, frame: pd.DataFrame) -> Section:
     """The learning-rate section of ``tuned`` (:func:`tuning_table` of ``frame``, every row
     of the study): its sentence, its table and ``tuning.csv``."""
-    return Section(sentences=sentences(tuned, frame), tables=[("Learning rates fitted per map", table(tuned))],
+    return Section(sentences=sentences(tuned, frame), heading="Learning rates",
+                   tables=[("Learning rates fitted per map", table(tuned))],
                    files={"tuning.csv": tuned.to_csv(index=False)})

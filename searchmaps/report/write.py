@@ -20,7 +20,7 @@ from ..config import ConfigError
 from ..results import atomic_write_text, last_horizon, records_frame, successful
 from . import compute as equal_compute
 from . import exit as exit_section
-from . import evaluation, horizons, ranking, supernet, tuning
+from . import evaluation, horizons, lead, ranking, supernet, tuning
 from . import planned as planned_section
 from .figures import separable, separated_front
 from .markdown import render_markdown
@@ -138,16 +138,21 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     warnings = (warning,) if warning else ()
 
     name = info.get("study") or study_dir.name
-    main = ranking.section(summary, runs, ok, res, second_name, alpha, rule, info,
-                           f"{name}: {objectives[0].label} vs {objectives[1].label}")
-    sections = [main]
+    ladder = horizons.horizon_analysis(frame, info, target if target is not None else info.get("target"), alpha,
+                                       rule=rule, reference=res.reference, published_sd=published_sd)
+    unranked, last = ((lead.unreached(ladder.means), f"{lead.h(ladder.horizons[-1])} {ladder.unit}")
+                      if ladder is not None else ({}, ""))
     compute = equal_compute.section(frame, res.reference, alpha, rule, set(res.top_group) | {res.reference})
+    said = [lead.ranking_lead(summary, res.best, res.reference, ok, alpha, unranked, last)]
+    if compute is None:  # one horizon: the other reading is the same, or out of its reach
+        said.append(lead.one_horizon_lead(ok))
+    main = ranking.section(summary, runs, ok, res, second_name, alpha, rule, info,
+                           f"{name}: {objectives[0].label} vs {objectives[1].label}", unranked, last, said)
+    sections = [main]
     if compute is not None:  # a ladder: the maps at equal training FLOPs too, answered next to the ranking
         sections.append(compute)
     if planned_df is not None:
         sections.append(planned_section.section(planned_df, res, second_name))
-    ladder = horizons.horizon_analysis(frame, info, target if target is not None else info.get("target"), alpha,
-                                       rule=rule, reference=res.reference, published_sd=published_sd)
     if ladder is not None:
         sections.append(horizons.section(ladder, set(res.top_group) | {res.reference}))
     if tuned is not None:
@@ -161,7 +166,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         sections.append(exits)
     planning = _planning(ok, rule, alpha, target_effect) if target_effect else None
     if planning is not None:
-        sections.append(Section(sentences=[planning["sentence"]]))
+        sections.append(Section(sentences=[planning["sentence"]], heading="Seeds needed"))
     sections.append(evaluation.section(study_dir, records, ok))
     sections.append(ranking.failures(runs))
 

@@ -1,0 +1,154 @@
+"""The README's findings across the committed studies, generated from their files (issue 33:
+findings that cannot drift from the rows); :mod:`quote_findings` puts them in the README's
+"What the committed studies found" block, so its staleness test covers them.
+
+- :func:`equal_tokens`: from every ``summary.csv``, in how many studies a map is
+  significantly better than the baseline at the reading each search trained (``p_vs_reference``).
+- :func:`equal_flops`: from every ``equal_flops.csv``, at the largest budget every map reaches,
+  in how many ladders the baseline has the lowest mean loss, and in how many its paired 95 %
+  interval (uncorrected) excludes 0 against every other map.
+- :func:`inference`: the inference-cost study's table (exit at each seed's picked threshold,
+  without memory sharing; the paired change with ``first:64``; the KV bytes saved) and what it
+  shows, from ``results/ilr-table1-inference/runs.csv``.
+- :func:`supernets`: from every ``supernet_validation.csv``, the supernet's τ against
+  stand-alone training beside ranking by applied layers alone (``depth_tau``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+RESULTS = Path(__file__).resolve().parent
+ALPHA = 0.05
+
+
+def _folders(file: str) -> list[Path]:
+    return sorted(p.parent for p in RESULTS.glob(f"*/{file}"))
+
+
+def _names(names: list[str]) -> str:
+    q = [f"`{n}`" for n in names]
+    return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} and {q[-1]}"
+
+
+def equal_tokens() -> str:
+    """One sentence: the studies where a map beats the baseline significantly at the reading
+    the search trained (its summary.csv's ``p_vs_reference`` at α = 0.05, a lower loss)."""
+    studied, beaten, flops = [], [], []
+    for folder in _folders("summary.csv"):
+        info = folder / "study.json"
+        if info.is_file() and json.loads(info.read_text()).get("horizon") == "train_flops":
+            flops.append(folder.name)
+        s = pd.read_csv(folder / "summary.csv")
+        if "p_vs_reference" not in s or not s["p_vs_reference"].notna().any():
+            continue  # no baseline among its maps
+        studied.append(folder.name)
+        better = s[(s["p_vs_reference"] <= ALPHA) & (s["diff_to_reference"] < 0)]
+        if len(better):
+            beaten.append(f"{folder.name}: " + ", ".join(better["candidate"]))
+    matched = f", or equal training FLOPs for {_names(flops)}" if flops else ""
+    head = (f"**At the reading each search trained** (equal tokens{matched}; `p_vs_reference` of every "
+            f"`summary.csv` with a baseline, α = {ALPHA:g}): ")
+    if not beaten:
+        return head + f"no map is significantly better than the baseline in any of the {len(studied)} studies."
+    return head + (f"a map is significantly better than the baseline in {len(beaten)} of the {len(studied)} "
+                   f"studies ({'; '.join(beaten)}).")
+
+
+def equal_flops() -> str:
+    """One sentence over every committed ladder's equal_flops.csv."""
+    lowest, clear, ladders = [], [], []
+    for folder in _folders("equal_flops.csv"):
+        t = pd.read_csv(folder / "equal_flops.csv")
+        if t.empty:
+            continue
+        counts = t.groupby("budget_flops")["candidate"].nunique()
+        full = counts[counts == counts.max()].index.max()
+        at = t[t["budget_flops"] == full]
+        ladders.append(folder.name)
+        ref = at[(at["gap"] == 0) & (at["gap_low"] == 0) & (at["gap_high"] == 0)]["candidate"]
+        if len(ref) != 1:
+            continue
+        ref = ref.iloc[0]
+        if at.loc[at["best"], "candidate"].iloc[0] == ref:
+            lowest.append(folder.name)
+        others = at[at["candidate"] != ref]
+        if len(others) and (others["gap_low"] > 0).all():
+            clear.append(folder.name)
+    return (f"**At equal training FLOPs** (each ladder read between its rungs, `equal_flops.csv`, at the largest "
+            f"budget every map reaches): the baseline has the lowest mean loss in {len(lowest)} of the "
+            f"{len(ladders)} committed ladder studies, and its paired 95 % interval (uncorrected) excludes 0 against "
+            f"every other map in {len(clear)} of them ({_names(clear)}).")
+
+
+def _ci(x) -> tuple[float, float, float]:
+    x = np.asarray(x, dtype=float)
+    m = float(x.mean())
+    if len(x) < 2 or float(x.std(ddof=1)) == 0:
+        return m, float("nan"), float("nan")
+    h = float(stats.t.ppf(0.975, len(x) - 1) * x.std(ddof=1) / math.sqrt(len(x)))
+    return m, m - h, m + h
+
+
+def _fmt(t: tuple[float, float, float], spec: str, unit: str = "") -> str:
+    lo, hi = (f"{x:{spec}}" for x in t[1:]) if math.isfinite(t[1]) else ("", "")
+    if lo == hi:  # no interval, or one narrower than the digits shown
+        return f"{t[0]:{spec}}{unit}"
+    return f"{t[0]:{spec}}{unit} ({lo} to {hi})"
+
+
+def inference(folder: Path = RESULTS / "ilr-table1-inference") -> list[str]:
+    """The inference study's table and one paragraph of what its rows show, as Markdown lines."""
+    d = pd.read_csv(folder / "runs.csv")
+    d = d[d["status"] == "ok"].assign(kv=lambda x: x["kv_share"].fillna("none"))
+    shared = sorted(s for s in d["kv"].unique() if s != "none")[0]
+    rows, change = [], {}
+    for m in dict.fromkeys(d["map"]):
+        base = d[(d["map"] == m) & (d["kv"] == "none")].set_index("seed")
+        other = d[(d["map"] == m) & (d["kv"] == shared)].set_index("seed")
+        seeds = base.index.intersection(other.index)
+        diff = other.loc[seeds, "val_loss"] - base.loc[seeds, "val_loss"]
+        if (diff == 0).all():  # nothing repeats: the shared cache is the same model
+            continue
+        full = int(base["applied_layers"].iloc[0])
+        pct = _ci(100 * np.expm1(diff))
+        change[m] = pct
+        kv = 1 - other["kv_bytes_per_token"].iloc[0] / base["kv_bytes_per_token"].iloc[0]
+        rows.append(f"| `{m}` | {_fmt(_ci(100 * (1 - base['exit_depth'] / full)), '.0f', ' %')} | "
+                    f"{_fmt(_ci(base['exit_flops_per_token'] / base['flops_per_token']), '.2f')} | "
+                    f"{_fmt(pct, '+.1f', ' %')} | {100 * kv:.1f} % |")
+    lower = sorted((m for m, t in change.items() if t[2] < 0), key=lambda m: change[m][0])
+    level = [m for m, t in change.items() if t[1] <= 0 <= t[2]]
+    higher = [m for m, t in change.items() if t[1] > 0]
+    said = (f"Paired by seed, `{shared}` lowers the validation perplexity of {len(lower)} of these {len(change)} maps "
+            f"(interval below 0; by gain: " + ", ".join(f"`{m}` {change[m][0]:+.1f} %" for m in lower) + ")")
+    if level:
+        said += (f"; for {_names(level)} the interval spans 0 (up to " +
+                 " and ".join(f"{change[m][2]:+.1f} %" for m in level) + "), a cost not ruled out")
+    said += (f"; it raises it for {_names(higher)}." if higher else "; no map's interval lies above 0.")
+    head = ["| map | layers saved under exit at each seed's picked threshold (no sharing) | inference FLOPs vs "
+            f"full | `{shared}`: perplexity change | KV bytes saved |", "|---|---|---|---|---|"]
+    return head + rows + ["", said]
+
+
+def supernets() -> str:
+    """One sentence over every supernet_validation.csv: its τ against stand-alone training
+    beside ranking by applied layers alone."""
+    v = pd.concat([pd.read_csv(f / "supernet_validation.csv").assign(folder=f.name)
+                   for f in _folders("supernet_validation.csv")], ignore_index=True)
+    below = v[v["kendall_tau"] < v["depth_tau"]]
+    reach = v[v["kendall_tau_high"] >= v["depth_tau"]]
+    best = v.loc[v["kendall_tau"].idxmax()]
+    return (f"**Supernets** (`supernet_validation.csv` of {len(v)} committed validations): the supernet's Kendall's τ "
+            f"against stand-alone training ({v['kendall_tau'].min():+.2f} to {v['kendall_tau'].max():+.2f}) is "
+            f"below ranking by applied layers alone (`depth_tau`, {v['depth_tau'].min():.2f} to "
+            f"{v['depth_tau'].max():.2f}) in {len(below)} of them, and its 95 % interval reaches the depth ranking's "
+            f"τ in {len(reach)} (the highest τ: `{best['folder']}`, {best['kendall_tau']:.2f}, 95 % CI "
+            f"{best['kendall_tau_low']:.2f} to {best['kendall_tau_high']:.2f}, against {best['depth_tau']:.2f} by "
+            f"depth).")
