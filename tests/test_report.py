@@ -1242,3 +1242,27 @@ def test_two_maps_with_identical_rows_do_not_crash_the_terminal_summary():
     from searchmaps.report.terminal import seeds_lines
     assert seeds_lines(ok, DEFAULT_RULE, 0.05) == [
         "seeds to separate the top group: none can; its maps have the same mean loss (2,1|rope and 1,1|rope)"]
+
+
+def test_a_one_horizon_study_with_published_numbers_reports_tau_against_them(tmp_path):
+    """Not only ladders: a study of one horizon whose study.json carries a published table gets
+    agreement.csv (one row) and its sentence, τ being Kendall's of the maps' mean losses against it."""
+    import pandas as pd
+    from helpers import ladder_results, make_ladder_study
+    from scipy.stats import kendalltau
+
+    horizons, by_rung = ladder_results()
+    values = {"1,1,1,1|rope": 15.0, "2,1,1,1|rope": 14.0, "1,2,1,1|rope": 14.5, "4,2,1,1|rope": 13.0}
+    study = make_ladder_study(tmp_path / "one", horizons[:1], {0: by_rung[0]},
+                              {"source": "a paper (one seed)", "tokens": 100_000_000, "values": values})
+    write_report(study)
+    ag = pd.read_csv(study / "agreement.csv")
+    assert len(ag) == 1
+    runs = pd.read_csv(study / "runs.csv")
+    means = runs[runs["role"] == "eval"].groupby("candidate")["val_loss"].mean()
+    names = [c for c in values if c in means.index]
+    assert ag["kendall_tau"].iloc[0] == pytest.approx(kendalltau(means[names], [values[n] for n in names]).statistic)
+    assert ag["kendall_tau_low"].iloc[0] <= ag["kendall_tau"].iloc[0] <= ag["kendall_tau_high"].iloc[0]
+    md = (study / "report.md").read_text()
+    said = md.split("### Against a paper", 1)[1].split("\n\n")[1]
+    assert said.startswith("Against a paper (one seed): Kendall's τ is ") and "Holm" not in said

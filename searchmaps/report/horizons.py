@@ -382,12 +382,12 @@ def published_sentence(published: pd.DataFrame, source: str) -> str:
     rows = [r for r in published.itertuples() if np.isfinite(r.kendall_tau)]
     return (f"Against {source or 'the published ranking'}: Kendall's τ is " + ", ".join(
         f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)}, "
-        f"Holm-adjusted p = {fmt_p(r.p_holm)}, {int(r.n_candidates)} maps"
+        f"{'Holm-adjusted ' if len(rows) > 1 else ''}p = {fmt_p(r.p_holm)}, {int(r.n_candidates)} maps"
         + ("; confirmatory" if getattr(r, "confirmatory", False) else "") + ")" for r in rows)
         + f". The intervals resample this study's seeds and add to every published value the seed noise of a "
           f"single-seed number, assumed N(0, {sd:g}) in its own unit (agreement.csv, reference_sd; without it, "
-          f"kendall_tau_low_seeds/high_seeds); the p-values are Holm-adjusted across the {len(rows)} horizons "
-          f"(raw in p_value).")
+          f"kendall_tau_low_seeds/high_seeds)" + (f"; the p-values are Holm-adjusted across the {len(rows)} horizons "
+                                                   f"(raw in p_value)." if len(rows) > 1 else "."))
 
 
 def floor_sentence(scaling: pd.DataFrame, horizons: list[float]) -> str:

@@ -155,6 +155,10 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
         sections.append(planned_section.section(planned_df, res, second_name))
     if ladder is not None:
         sections.append(horizons.section(ladder, set(res.top_group) | {res.reference}))
+    else:
+        against = _one_horizon_agreement(ok, info, published_sd)
+        if against is not None:
+            sections.append(against)
     if tuned is not None:
         sections.append(tuning.section(tuned, frame))
     scores = supernet.load(study_dir)
@@ -181,6 +185,23 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     atomic_write_text(out, page)
     return Report(path=out, summary=summary, planned=planned_df, pareto_figure=main.figures[0][1], info=info,
                   warnings=warnings, planning=planning)
+
+
+def _one_horizon_agreement(ok: pd.DataFrame, info: dict, published_sd: float | None) -> Section | None:
+    """A study of one horizon whose space carries published numbers: Kendall's τ of its ranked
+    maps' means against them, with the interval a ladder's rungs get (``agreement.csv``, one row);
+    None without published values or with fewer than three maps in both."""
+    published = info.get("published") or {}
+    if not published.get("values") or ok.empty:
+        return None
+    sd = float(published_sd if published_sd is not None else published.get("sd", stats.PUBLISHED_SD))
+    table = stats.agreement_with(ok, published["values"], reference_sd=sd)
+    if not table["kendall_tau"].notna().any():
+        return None
+    source = str(published.get("source", ""))
+    name = source.split(" (")[0] or "the published ranking"
+    return Section(sentences=[horizons.published_sentence(table, source)], heading=f"Against {name}",
+                   files={"agreement.csv": table.assign(source=source).to_csv(index=False)})
 
 
 def _configs(records, ok: pd.DataFrame) -> list[dict]:
