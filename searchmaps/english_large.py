@@ -1,5 +1,5 @@
 """A larger English corpus, ``--data english-large``: ``--data english``'s five packages
-(:mod:`searchmaps.english`, read by its own rules) and :data:`MANUALS`, 33 more manual,
+(:mod:`searchmaps.english`, read by its own rules) and :data:`MANUALS`, 76 manual,
 handbook and guide packages Debian ships (bookworm, ``main``), read under
 ``$SEARCHMAPS_ENGLISH_ROOT`` (default ``/``) like ``english``. Opt-in: ``english`` stays what
 the committed studies ran.
@@ -14,9 +14,9 @@ deterministic rules, no parser:
 * else HTML (:func:`html_text`: scripts, styles and tags stripped, entities decoded), not a
   page with a text file of the same name beside it, nor a manual's ``-big-page.html`` copy;
 * plain text (``.txt``, ``.text``, ``.md``, ``.tex``, ``.texi``, ``.adoc``), reST
-  (``.rst``, :func:`english.rst_text`), POD (:func:`english.pod_text`), man pages
-  (:func:`man_text`), and info manuals (:func:`info_text`) where the package has no HTML
-  (else they are the same manual again);
+  (``.rst``, :func:`english.rst_text`), POD (:func:`english.pod_text`), and man pages
+  (:func:`man_text`) and info manuals (:func:`info_text`) where the package has no HTML
+  (else they are its HTML manual again: postgresql-doc-15's SQL reference, grass-doc's modules);
 * ``.gz`` opened; paths under a locale folder other than English (``de/``, ``pt_BR/``,
   ``gnucash-guide-ja/``) or named for one (``page.fr.html``) skipped.
 
@@ -49,13 +49,22 @@ class Manual:
     debian: str
 
 
-# lilypond-doc is not here: its info manuals are lilypond-doc-html's pages again (an info manual
-# is read only where its package has no HTML)
-MANUALS = tuple(Manual(p, p) for p in """apache2-doc bash-doc debian-handbook debian-policy debian-reference-en
-developers-reference emacs-common ghc-doc gimp-help-en git-doc glibc-doc gnu-standards gnucash-docs haskell98-report
-kicad-doc-en lilypond-doc-html manpages manpages-dev maxima-doc octave-doc postgresql-doc-15
-python-astropy-doc python-django-doc python-pandas-doc python-scipy-doc python-sklearn-doc python-sqlalchemy-doc
-python-statsmodels-doc python-sympy-doc sagemath-doc sqlite3-doc twisted-doc vim-doc""".split())
+# the 34 manual packages of experiments/english-corpus/candidates-2026-12-06.md but lilypond-doc
+# (its info manuals are lilypond-doc-html's pages again: an info manual is read only where its
+# package has no HTML), then 43 more found on 2026-12-06 (english-large-2026-12-06.md); not here
+# for lack of text: debmake-doc (mostly Japanese), and packages under 0.1 MB
+MEASURED = """apache2-doc bash-doc debian-handbook debian-policy debian-reference-en developers-reference emacs-common
+ghc-doc gimp-help-en git-doc glibc-doc gnu-standards gnucash-docs haskell98-report kicad-doc-en lilypond-doc-html
+manpages manpages-dev maxima-doc octave-doc postgresql-doc-15 python-astropy-doc python-django-doc python-pandas-doc
+python-scipy-doc python-sklearn-doc python-sqlalchemy-doc python-statsmodels-doc python-sympy-doc sagemath-doc
+sqlite3-doc twisted-doc vim-doc"""
+ADDED = """aptitude-doc-en bind9-doc clang-15-doc cmake-doc docutils-doc exim4-doc-html gnuplot-doc grass-doc guile-3.0-doc
+libboost1.74-doc libssl-doc llvm-15-doc maint-guide mypy-doc nova-doc postfix-doc python-biopython-doc python-celery-doc
+python-click-doc python-coverage-doc python-cryptography-doc python-dask-doc python-flask-doc python-gevent-doc
+python-h5py-doc python-hypothesis-doc python-ipython-doc python-mako-doc python-markdown-doc python-psycopg2-doc
+python-pytest-doc python-setuptools-doc python-skimage-doc python-sqlobject-doc python-tables-doc python-tornado-doc
+python-xarray-doc r-doc-html sbcl-doc sphinx-doc tcl8.6-doc tk8.6-doc zsh-doc"""
+MANUALS = tuple(Manual(p, p) for p in (MEASURED + " " + ADDED).split())
 
 PACKAGES = english.PACKAGES + MANUALS  # every package: ``.name`` (documents' prefix) and ``.debian``
 
@@ -147,7 +156,7 @@ def _kind(rel: str, sphinx: bool, has_html: bool, texts: set[str]) -> str | None
     if sphinx:
         return "rst" if "/_sources/" in "/" + rel and ext == ".txt" and not base.endswith(".ipynb.txt") else None
     if _MAN.search(rel):
-        return "man"
+        return None if has_html else "man"
     if ext in HTML:
         return None if _stem(rel) in texts else "html"
     if ext == ".rst":

@@ -13,7 +13,7 @@
   documentation packages Debian ships (:mod:`searchmaps.english`), split by document, cached
   like ``stdlib``; ``english:N`` is the slice made of the first N documents of each package
   (for tests and quick looks). Missing packages stop with one line naming them.
-  ``english-large`` (``english-large:N``) is the same with 33 more manual packages
+  ``english-large`` (``english-large:N``) is the same with 76 manual packages
   (:mod:`searchmaps.english_large`), opt-in.
 * a UTF-8 text file, or a folder of ``.txt``/``.md`` files (recursive, sorted): the
   same byte tokenizer.
