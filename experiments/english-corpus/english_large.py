@@ -58,7 +58,7 @@ def main() -> None:
     total = sum(c[1] + c[2] for c in per.values())
     versions = meta["versions"]
     debian = {p.name: p.debian for p in english_large.PACKAGES}
-    print(f"\n| package | version | documents | text MB | bytes/token | M tokens (train + val) | share |")
+    print("\n| package | version | documents | text MB | bytes/token | M tokens (train + val) | share |")
     print("|---|---|---:|---:|---:|---:|---:|")
     for name, (nb, tr, va) in sorted(per.items(), key=lambda kv: -(kv[1][1] + kv[1][2])):
         deb = debian[name]
