@@ -51,10 +51,11 @@ def main() -> None:
     tok = (bpe_corpus_dir(args.data, args.vocab, args.cache) / "tokenizer.json").read_text(encoding="utf-8")
     docs, _ = english_large.documents(meta["limit"], progress=False)
     per: dict[str, list[int]] = {}
-    for name, blob in docs:
-        counts = per.setdefault(name.split("/", 1)[0], [0, 0, 0])
-        counts[0] += len(blob)
-        counts[1 if not is_val(name) else 2] += len(bpe.encode(tok, blob + b"\n\n"))
+    for pkg in english_large.PACKAGES:  # each package's training and held-out documents, encoded in one go
+        mine = [(name, blob) for name, blob in docs if name.split("/", 1)[0] == pkg.name]
+        train = b"".join(blob + b"\n\n" for name, blob in mine if not is_val(name))
+        val = b"".join(blob + b"\n\n" for name, blob in mine if is_val(name))
+        per[pkg.name] = [sum(len(b) for _, b in mine), len(bpe.encode(tok, train)), len(bpe.encode(tok, val))]
     total = sum(c[1] + c[2] for c in per.values())
     versions = meta["versions"]
     debian = {p.name: p.debian for p in english_large.PACKAGES}
