@@ -5,6 +5,7 @@
 #   bash dev.sh test fast   the same without the e2e, postgres, browser, wheel and cuda tiers (minutes, for a developer)
 #   bash dev.sh setup  only set up .venv
 #   bash dev.sh data english   install the Debian documentation packages of --data english (apt-get), then build it
+#   bash dev.sh data english-large   the same for --data english-large (81 packages, about 820 MB of .deb)
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON="${PYTHON:-python3}"
@@ -25,15 +26,30 @@ setup() {
 
 # the Debian packages --data english reads (searchmaps/english.py's PACKAGES)
 ENGLISH_PACKAGES=(linux-doc-6.1 dict-gcide python3.11-doc perl-doc fortunes)
+# and the manual packages --data english-large adds (searchmaps/english_large.py's MANUALS)
+ENGLISH_LARGE_PACKAGES=(apache2-doc bash-doc debian-handbook debian-policy debian-reference-en developers-reference emacs-common
+  ghc-doc gimp-help-en git-doc glibc-doc gnu-standards gnucash-docs haskell98-report kicad-doc-en
+  lilypond-doc-html manpages manpages-dev maxima-doc octave-doc postgresql-doc-15 python-astropy-doc
+  python-django-doc python-pandas-doc python-scipy-doc python-sklearn-doc python-sqlalchemy-doc
+  python-statsmodels-doc python-sympy-doc sagemath-doc sqlite3-doc twisted-doc vim-doc aptitude-doc-en bind9-doc
+  clang-15-doc cmake-doc docutils-doc exim4-doc-html gnuplot-doc grass-doc guile-3.0-doc libboost1.74-doc
+  libssl-doc llvm-15-doc maint-guide mypy-doc nova-doc postfix-doc python-biopython-doc python-celery-doc
+  python-click-doc python-coverage-doc python-cryptography-doc python-dask-doc python-flask-doc
+  python-gevent-doc python-h5py-doc python-hypothesis-doc python-ipython-doc python-mako-doc python-markdown-doc
+  python-psycopg2-doc python-pytest-doc python-setuptools-doc python-skimage-doc python-sqlobject-doc
+  python-tables-doc python-tornado-doc python-xarray-doc r-doc-html sbcl-doc sphinx-doc tcl8.6-doc tk8.6-doc
+  zsh-doc)
 
 data() {
-  case "${1:-}" in
+  local name="${1:-}"
+  case "$name" in
     english) ;;
-    *) echo "usage: bash dev.sh data english" >&2; exit 2 ;;
+    english-large) ENGLISH_PACKAGES+=("${ENGLISH_LARGE_PACKAGES[@]}") ;;
+    *) echo "usage: bash dev.sh data english|english-large" >&2; exit 2 ;;
   esac
   shift
   if ! command -v apt-get >/dev/null 2>&1; then
-    echo "--data english needs the Debian packages ${ENGLISH_PACKAGES[*]} and this machine has no apt-get; --data PATH takes your own text or .bin" >&2
+    echo "--data $name needs the Debian packages ${ENGLISH_PACKAGES[*]} and this machine has no apt-get; --data PATH takes your own text or .bin" >&2
     exit 2
   fi
   local sudo=""
@@ -51,7 +67,7 @@ data() {
   fi
   setup
   # builds the corpus into the cache ($SEARCHMAPS_CACHE, default ~/.cache/searchmaps) and prints its sizes
-  exec "$VENV/bin/python" -m searchmaps.data inspect english "$@"
+  exec "$VENV/bin/python" -m searchmaps.data inspect "$name" "$@"
 }
 
 task="${1:-help}"

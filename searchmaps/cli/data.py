@@ -14,11 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="prepare|inspect")
     pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
-    pp.add_argument("--data", default="stdlib", help="stdlib, english, english:N, or a path")
+    pp.add_argument("--data", default="stdlib", help="stdlib, english, english-large, NAME:N (a slice), or a path")
     pp.add_argument("--tokenizer", required=True, help="bpe:N")
     pp.add_argument("--out", required=True)
     pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
-    pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english)")
+    pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english, english-large)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "inspect":

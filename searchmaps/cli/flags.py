@@ -120,6 +120,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data and hardware")
     g.add_argument("--data", default="stdlib",
                    help="stdlib (built-in, offline), english (Debian doc packages: bash dev.sh data english; english:N a slice), "
+                        "english-large (76 manual packages: bash dev.sh data english-large), "
                         "a text file, a folder of .txt/.md, or a uint16 .bin")
     g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
     g.add_argument("--tokenizer", default=None,

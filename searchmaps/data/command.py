@@ -12,7 +12,7 @@ from .stage import load_corpus
 
 def inspect(folder: str) -> str:
     """``python -m searchmaps.data inspect DIR``'s lines (DIR may also be ``english``,
-    ``english:N`` or ``stdlib``)."""
+    ``english-large``, ``NAME:N`` or ``stdlib``)."""
     corpus = load_corpus(folder)
     if english_limit(folder) is not False:
         meta = dict(english_tokens(folder, None)[2])
@@ -45,6 +45,6 @@ def inspect(folder: str) -> str:
 
 
 def _english_packages():
-    from .. import english
+    from .. import english_large
 
-    return english.PACKAGES
+    return english_large.PACKAGES  # english's five and english-large's manuals

@@ -13,6 +13,8 @@
   documentation packages Debian ships (:mod:`searchmaps.english`), split by document, cached
   like ``stdlib``; ``english:N`` is the slice made of the first N documents of each package
   (for tests and quick looks). Missing packages stop with one line naming them.
+  ``english-large`` (``english-large:N``) is the same with 76 manual packages
+  (:mod:`searchmaps.english_large`), opt-in.
 * a UTF-8 text file, or a folder of ``.txt``/``.md`` files (recursive, sorted): the
   same byte tokenizer.
 * a nanoGPT-style ``.bin`` of uint16 token ids, or a folder holding ``train.bin`` and
@@ -308,17 +310,28 @@ def _cached_bytes(bin_path: Path, meta_path: Path) -> tuple[np.ndarray, np.ndarr
     return None
 
 
+ENGLISH_NAMES = ("english", "english-large")  # english-large: searchmaps.english_large (opt-in, larger)
+
+
 def english_limit(data: str) -> int | None | bool:
-    """``english`` -> None (every document), ``english:N`` -> N; False for any other ``--data``."""
-    if data == "english":
-        return None
+    """``english`` or ``english-large`` -> None (every document), ``NAME:N`` -> N; False for any
+    other ``--data``."""
     head, colon, tail = data.partition(":")
-    if head != "english" or not colon:
+    if head not in ENGLISH_NAMES:
         return False
+    if not colon:
+        return None
     if not tail.isdigit() or int(tail) <= 0:
-        raise DataError(f"--data {data}: the English slice is english:N with N a positive number of "
+        raise DataError(f"--data {data}: the English slice is {head}:N with N a positive number of "
                         f"documents per package")
     return int(tail)
+
+
+def english_module(data: str):
+    """The module that reads ``data`` (an :data:`ENGLISH_NAMES` name or slice)."""
+    from .. import english, english_large
+
+    return english_large if data.partition(":")[0] == "english-large" else english
 
 
 def english_meta(data: str = "english", cache_dir: str | os.PathLike | None = None) -> dict:
@@ -326,7 +339,7 @@ def english_meta(data: str = "english", cache_dir: str | os.PathLike | None = No
     it is not cached: ``documents``, ``val_documents``, ``n_train``/``n_val`` bytes, per package
     ``{"documents", "bytes", "duplicates", "empty"}``, the package ``versions``, ``build_seconds``."""
     if english_limit(data) is False:
-        raise DataError(f"--data {data}: not the English corpus (english or english:N)")
+        raise DataError(f"--data {data}: not an English corpus (english, english-large, or NAME:N)")
     return dict(english_tokens(data, cache_dir)[2])
 
 
@@ -337,18 +350,21 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None, with_docs: bo
     read again, about 12 s for the whole corpus, and the sidecar written)."""
     from .. import english
 
+    mod, name = english_module(data), data.partition(":")[0]
     limit, base = english_limit(data), english.root()
-    gone = english.missing(base)
+    gone = mod.missing(base)
     if gone:
         raise DataError(f"--data {data}: the Debian packages {', '.join(gone)} are not installed "
-                        f"(under {base}); run `bash dev.sh data english` to install them, or give your "
+                        f"(under {base}); run `bash dev.sh data {name}` to install them, or give your "
                         f"own text or .bin with --data PATH")
-    versions = english.versions(base)
-    recipe = {"recipe": english.RECIPE, "gcide_entries": english.GCIDE_ENTRIES, "val_percent": VAL_PERCENT,
+    versions = mod.versions(base)
+    recipe = {"recipe": mod.RECIPE, "gcide_entries": english.GCIDE_ENTRIES, "val_percent": VAL_PERCENT,
               "limit": limit, "versions": versions}
-    salt = "english:" + json.dumps(recipe, sort_keys=True) + ":"
+    if mod is not english:  # english's salt stays what its committed studies' fingerprints were made with
+        recipe["english_recipe"] = english.RECIPE
+    salt = f"{name}:" + json.dumps(recipe, sort_keys=True) + ":"
     key = hashlib.sha256((salt + str(base.resolve())).encode()).hexdigest()[:16]
-    stem = f"english-{'all' if limit is None else limit}-{key}"
+    stem = f"{name}-{'all' if limit is None else limit}-{key}"
     cache = cache_root(cache_dir)
     bin_path, meta_path = cache / f"{stem}.bin", cache / f"{stem}.json"
     if cached := _cached_bytes(bin_path, meta_path):
@@ -360,7 +376,7 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None, with_docs: bo
     import time
 
     t0 = time.perf_counter()
-    docs, per_package = english.documents(limit, base)
+    docs, per_package = mod.documents(limit, base)
     if cached:  # only the sidecar was missing: the entry stays as it is
         starts = val_starts(docs, len(cached[1]))
         if starts is not None:
@@ -370,7 +386,7 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None, with_docs: bo
     starts = val_starts(docs, len(val))
     meta = {"n_train": len(train), "n_val": len(val), "documents": len(docs),
             "val_documents": sum(is_val(name) for name, _ in docs), "packages": per_package,
-            "versions": versions, "recipe": english.RECIPE, "limit": limit, "salt": salt,
+            "versions": versions, "recipe": mod.RECIPE, "limit": limit, "salt": salt,
             "build_seconds": round(time.perf_counter() - t0, 2)}
     try:
         cache.mkdir(parents=True, exist_ok=True)
