@@ -283,7 +283,7 @@ def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: f
                     f"not: a misfit inside the data more than a prediction")
                  + f"; the order at the target flips in {r.flip_share:.0%} of seed resamples)"
                  for r in likely.head(4).itertuples()]
-        more = f" and {len(likely) - 4} more pairs" if len(likely) > 4 else ""
+        more = f" and {len(likely) - 4} more pair{'s' if len(likely) > 5 else ''}" if len(likely) > 4 else ""
         out.append(f"{head} predicts " + "; ".join(parts) + more + ". Such extrapolations are far beyond the data; "
                    "the intervals in scaling.csv say how far to trust them.")
     if not weak.empty:
@@ -345,7 +345,7 @@ def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
     all_narrow = t[(toward * t["slope_all_low"] > 0) & (toward * t["slope_all_high"] > 0)]
     out.append(f"Over all horizons ({_h(t['horizon_first'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}) the same "
                f"regression gives slopes {_nats(t['slope_all'].min())} to {_nats(t['slope_all'].max())} per doubling, "
-               f"clear of 0 towards closing for {len(all_narrow)} maps: a trend is a description of its window, "
+               f"clear of 0 towards closing for {len(all_narrow)} map{'' if len(all_narrow) == 1 else 's'}: a trend is a description of its window, "
                f"and carrying it to the target assumes the window's rate holds.")
     return out
 
