@@ -6,7 +6,10 @@ Each page named in :data:`PAGES` gets, between the markers ``<!-- findings:begin
 block that quotes, for each of its study folders, the key generated sentences of that folder's
 ``report.md``: its lead (the answer under both readings), the "Top group" subsection, and
 the first sentence of the equal-FLOPs baseline, the agreement with ILR's table and the
-evaluation's size and source, each labelled with its subsection. Nothing in the block is written by hand.
+evaluation's size and source, each labelled with its subsection. A supernet folder's report.md
+(``results/supernet_reports.py``) gives the map the supernet scores best and, under "Against
+stand-alone training", the trust sentence; its label names the truth it was validated against.
+Nothing in the block is written by hand.
 
 The README's "What the committed studies found" gets the same kind of block (between
 ``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, the lead of its first
@@ -39,6 +42,10 @@ PAGES = {
     "ilr-table1-attribution": [f"ilr-table1-attr-{a}{lr}" for a in "abc" for lr in ("", "-lr3e-3", "-lr3e-4")],
     "ilr-table1-inference": ["ilr-table1-inference"],
     "deep8-prescreen": ["deep8-prescreen"],
+    # supernet folders (report.md by results/supernet_reports.py): the supernet's best map and its trust sentence
+    "supernet-validation": ["ilr-table1-supernet-uniform", "ilr-table1-supernet-sandwich", "ilr4-supernet-uniform",
+                            "ilr4-supernet-sandwich", "ilr-table1-supernet-uniform-lr1e-3"],
+    "supernet-methods": sorted(p.name for p in RESULTS.glob("*-supernet-*") if (p / "supernet.csv").is_file()),
 }
 # the result's subsections quoted (after the lead): the whole of each of these...
 WHOLE = ("Top group",)
@@ -100,7 +107,9 @@ def block(page: str) -> str:
     for folder in PAGES[page]:
         md = (RESULTS / folder / "report.md").read_text(encoding="utf-8")
         rel = "report.md" if folder == page else f"../{folder}/report.md"
-        lines += [f"**`{folder}`** ([report.md]({rel})):", "", _quote(key_parts(md)), ""]
+        truth = re.search(r"Stand-alone truth: the successful last-horizon rows of `([^`]+)`", md)
+        against = f", validated against `{truth.group(1)}`" if truth else ""  # a supernet folder's truth
+        lines += [f"**`{folder}`** ([report.md]({rel}){against}):", "", _quote(key_parts(md)), ""]
     lines.append(END)
     return "\n".join(lines)
 

@@ -170,7 +170,37 @@ def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
         for folder in folders:
             said = quote.key_sentences((ROOT / "results" / folder / "report.md").read_text(encoding="utf-8"))
             assert said and all(s in block for s in said)
-            assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
+            if (ROOT / "results" / folder / "runs.csv").is_file():
+                assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
+            else:  # a supernet folder: its best map and how far to trust it
+                assert any(s.startswith("Against stand-alone training of the same") for s in said)
+    supernets = {p.parent.name for p in (ROOT / "results").glob("*/supernet_validation.csv")
+                 if not (p.parent / "runs.csv").is_file()}
+    assert supernets and supernets <= {f for folders in quote.PAGES.values() for f in folders}
+
+
+def test_every_committed_supernet_folder_has_a_report_md_whose_trust_sentence_is_its_validation_csv():
+    """Each committed supernet folder (supernet.csv, no stand-alone rows of its own) has a
+    report.md whose trust sentence gives the τ, its interval and the number of maps of the
+    folder's committed supernet_validation.csv, formatted as the sentence formats them."""
+    import csv
+    import re
+
+    from helpers import ROOT
+
+    folders = sorted(p.parent for p in (ROOT / "results").glob("*/supernet.csv") if not (p.parent / "runs.csv").is_file())
+    assert len(folders) >= 20
+    for folder in folders:
+        with open(folder / "supernet_validation.csv", newline="") as f:
+            (row,) = list(csv.DictReader(f))
+        md = (folder / "report.md").read_text(encoding="utf-8")
+        said = re.search(r"Against stand-alone training of the same (\d+) maps, the supernet's ranking has Kendall's "
+                         r"τ = (\S+) \(95 % CI (\S+) to (\S+?)[,;)]", md)
+        assert said, folder.name
+        tau, low, high = (float(row[k]) for k in ("kendall_tau", "kendall_tau_low", "kendall_tau_high"))
+        assert said.groups() == (row["n_candidates"], f"{tau:.2f}", f"{low:.2f}", f"{high:.2f}"), folder.name
+        if row.get("landmark_maps"):  # a landmark folder's page states its landmarks
+            assert row["landmark_maps"].replace(";", ", ") in md, folder.name
 
 
 @pytest.mark.e2e
