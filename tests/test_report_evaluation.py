@@ -170,9 +170,8 @@ def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
         for folder in folders:
             said = quote.key_sentences((ROOT / "results" / folder / "report.md").read_text(encoding="utf-8"))
             assert said and all(s in block for s in said)
-            if (ROOT / "results" / folder / "runs.csv").is_file():
-                assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
-            else:  # a supernet folder: its best map and how far to trust it
+            assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
+            if not (ROOT / "results" / folder / "runs.csv").is_file():  # a supernet folder: how far to trust it
                 assert any(s.startswith("Against stand-alone training of the same") for s in said)
     supernets = {p.parent.name for p in (ROOT / "results").glob("*/supernet_validation.csv")
                  if not (p.parent / "runs.csv").is_file()}
@@ -184,6 +183,7 @@ def test_every_committed_supernet_folder_has_a_report_md_whose_trust_sentence_is
     report.md whose trust sentence gives the τ, its interval and the number of maps of the
     folder's committed supernet_validation.csv, formatted as the sentence formats them."""
     import csv
+    import json
     import re
 
     from helpers import ROOT
@@ -201,6 +201,10 @@ def test_every_committed_supernet_folder_has_a_report_md_whose_trust_sentence_is
         assert said.groups() == (row["n_candidates"], f"{tau:.2f}", f"{low:.2f}", f"{high:.2f}"), folder.name
         if row.get("landmark_maps"):  # a landmark folder's page states its landmarks
             assert row["landmark_maps"].replace(";", ", ") in md, folder.name
+        config = json.loads((folder / "supernet.json").read_text())["config"]  # and how its maps were scored
+        assert (f"Evaluation (`--eval-protocol {config.get('train.eval_protocol') or 'windows'}`): --eval-tokens "
+                f"{config['train.eval_tokens']:,} held-out tokens asked per score") in md, folder.name
+        assert f"consecutive {config['model.seq_len']:,}-token windows" in md, folder.name
 
 
 @pytest.mark.e2e

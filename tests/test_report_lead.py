@@ -153,7 +153,7 @@ def test_every_committed_report_md_has_a_short_lead_whose_numbers_are_explained_
         lead, parts = quote.result_parts(md)
         if not (path.parent / "runs.csv").is_file():  # a supernet folder's page: its best map, then the trust sentence
             assert len(lead) == 1 and lead[0].startswith("The supernet ("), (path, lead)
-            assert list(parts) == ["Against stand-alone training"], (path, list(parts))
+            assert list(parts) == ["Against stand-alone training", "Evaluation"], (path, list(parts))
         else:
             assert 1 <= len(lead) <= 3 and lead[0].startswith("At equal "), (path, lead)
             assert "Top group" in parts and "Evaluation" in parts, (path, list(parts))

@@ -38,19 +38,34 @@ def size_sentence(records: list[RunRecord], ok: pd.DataFrame) -> str | None:
     if p is None or n is None or L is None:
         return ("Evaluation: the rows differ in their evaluation settings (protocol, --eval-tokens or --seq-len); "
                 "runs.csv has each row's.")
-    n, L = int(n), int(L)
+    return _described(p, int(n), int(L), d, scored)
+
+
+def config_sentence(config: dict, what: str = "map and seed") -> str | None:
+    """The same sentence for trainings described by one ``config`` (a supernet's, whose
+    scores are not runs.csv rows): how its maps were evaluated; None without the settings."""
+    n, L = config.get("train.eval_tokens"), config.get("model.seq_len")
+    if n is None or L is None:
+        return None
+    data = str(config.get("data") or "stdlib") + (f" ({config['tokenizer']})" if config.get("tokenizer") else "")
+    return _described(str(config.get("train.eval_protocol") or "windows"), int(n), int(L), data, None, what)
+
+
+def _described(p: str, n: int, L: int, d: str | None, scored: set | None, what: str = "map and seed") -> str:
     source = f"the held-out split of `{d}`" if d else "the held-out split of each row's --data"
     how = {"windows": f"consecutive {L:,}-token windows from the start of {source}",
            "spread": f"{L:,}-token windows spread evenly over the whole of {source}",
            "stratified": f"{L:,}-token windows stratified by held-out document over {source}",
            "ilr": f"the first {L:,} tokens of each 4,096-token sequence of {source} (ILR's rule)"}.get(p, f"{p} on {source}")
-    if scored and 0 not in scored:
+    if scored is None:  # one config, no rows: what was asked
+        amount = f"--eval-tokens {n:,} held-out tokens asked per score (in whole windows: at most that many)"
+    elif scored and 0 not in scored:
         got = (f"{min(scored):,}" if len(scored) == 1 else f"{min(scored):,} to {max(scored):,}")
         amount = f"{got} held-out tokens scored per row ({n:,} asked with --eval-tokens)"
     else:
         amount = (f"--eval-tokens {n:,} held-out tokens asked per row (these rows predate the eval_tokens_scored "
                   f"column: at most that many were scored, in whole windows)")
-    return f"Evaluation (`--eval-protocol {p}`): {amount}, read as {how}; the same text for every map and seed."
+    return f"Evaluation (`--eval-protocol {p}`): {amount}, read as {how}; the same text for every {what}."
 
 
 def noise_sentence(found: dict | None) -> str | None:

@@ -17,6 +17,7 @@ import pandas as pd
 from .. import stats
 from ..results import ResultsError, atomic_write_text
 from ..stats import DEFAULT_RULE
+from . import evaluation
 from .markdown import from_html, render_markdown
 from .page import render_page
 from .section import Section, code, html_table
@@ -315,6 +316,10 @@ def write_page(study_dir, scores: pd.DataFrame, truth: pd.DataFrame | None = Non
     title = f"Supernet: {study_dir.name}"
     sections = [Section(lead=result[:1], sentences=result[1:], heading="Against stand-alone training",
                         figures=figures, top_tables=[("Ranking", table(m, {}))])]
+    config = (json.loads(meta.read_text()).get("config") or {}) if meta.is_file() else {}
+    scored = evaluation.config_sentence(config, "map, seed and supernet")
+    if scored:
+        sections.append(Section(sentences=[scored], heading="Evaluation"))
     footer = ('<p class=caption>Every map and seed: <a href="supernet.csv">supernet.csv</a>'
               + ('; the validation: <a href="supernet_validation.csv">supernet_validation.csv</a>'
                  if agreement is not None else "") + ".</p>")
