@@ -19,7 +19,7 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import record, run_cli
+from helpers import record, run_cli, run_cli_warm
 from optuna.trial import TrialState
 
 from searchmaps import flops
@@ -339,7 +339,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
 ])
 def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, ray_env, extra, flag):
     args = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path)]
-    out = run_cli("run", *args, *extra, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, *extra, timeout=120, env=ray_env)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in out.stderr, out.stderr
@@ -348,7 +348,7 @@ def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, r
 
 def test_a_planned_block_map_on_the_left_is_read(space_file, tmp_path, ray_env):
     results = tmp_path / "results"
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results),
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results),
                   "--planned", "block:2:1,1", "2,1/block:2", "--dry-run", timeout=120, env=ray_env)
     assert out.returncode == 0, out.stderr
     listed = [line.split()[0] for line in out.stdout.splitlines()[1:-1]]
@@ -364,18 +364,18 @@ def test_a_damaged_study_folder_is_one_line_exit_2(space_file, tmp_path, ray_env
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(tmp_path), "--study", "s",
             "--compile", "off", "--quiet"]
     (study / "study.json").write_text("")
-    out = run_cli("run", *args, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "study.json" in out.stderr
     (study / "study.json").unlink()
     (study / "runs.csv").write_bytes(b"run_id,map,pe,seed,status\n\x00\x01\x02garbage\n")
-    out = run_cli("run", *args, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "runs.csv" in out.stderr
 
 
 def test_unwritable_results_dir(space_file, tmp_path, ray_env):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"),
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"),
                   env=ray_env)
     assert out.returncode == 2 and "--results-dir" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
@@ -383,19 +383,19 @@ def test_unwritable_results_dir(space_file, tmp_path, ray_env):
 def test_malformed_space_file(tmp_path, ray_env):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[maps]\nrepeats = [3, 1]\n')
-    out = run_cli("run", "--space", str(bad), "--budget-flops", "1e9", env=ray_env)
+    out = run_cli_warm("run", "--space", str(bad), "--budget-flops", "1e9", env=ray_env)
     assert out.returncode == 2 and "repeats" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_dry_run_lists_candidates_with_costs(space_file, ray_env):
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run", env=ray_env)
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run", env=ray_env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 + 3
     assert lines[1].split()[:2] == ["1,1", "rope"]
     assert str(f"{tiny_flops('2,1'):,}") in out.stdout
     # with --maps, exactly those maps (it listed the whole space before)
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--maps", "2,1", "--dry-run",
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", BUDGET, "--maps", "2,1", "--dry-run",
                   env=ray_env)
     assert out.returncode == 0, out.stderr
     assert [line.split()[0] for line in out.stdout.strip().splitlines()[1:]] == ["2,1"]
