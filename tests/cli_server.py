@@ -7,10 +7,11 @@ torch, SciPy and SQLAlchemy again (seconds per command on CI's 2 cores).
 What the imports printed (nothing, today) is put before each child's own output, so a
 test that counts the lines of stderr still sees it. The child ends as the interpreter
 ends a ``-m`` run: ``sys.exit``'s code (a message: printed, exit 1), an uncaught exception's
-traceback and exit 1, then the ``atexit`` functions. The environment is the server's: the
-client (:func:`helpers.run_cli_warm`) starts one server per command and environment.
+traceback and exit 1, then the ``atexit`` functions. The environment is the server's, which
+the client (:func:`helpers.run_cli_warm`) starts again for a command whose environment
+changed (but for ``PYTEST_CURRENT_TEST``, which the child takes from the request).
 
-Protocol: one JSON line in on stdin per run, ``{"args": [...], "timeout": seconds}``; one
+Protocol: one JSON line in on stdin per run, ``{"args": [...], "env": {...}, "timeout": seconds}``; one
 JSON line out, ``{"code": int, "stdout": str, "stderr": str, "timed_out": bool}``.
 Not a test module (no ``test_`` prefix); :mod:`helpers` runs it."""
 
@@ -37,11 +38,13 @@ def exit_code(code) -> int:
     return 1
 
 
-def child(name: str, args: list[str], out_fd: int, err_fd: int) -> None:
+def child(name: str, args: list[str], env: dict, out_fd: int, err_fd: int) -> None:
     code = 1
     try:
         os.dup2(out_fd, 1)
         os.dup2(err_fd, 2)
+        os.environ.clear()  # the request's: the server's but for PYTEST_CURRENT_TEST (read by nothing at import)
+        os.environ.update(env)
         sys.argv = ["-m", *args]  # run_module sets argv[0] to the file, as -m does
         try:
             runpy.run_module(name, run_name="__main__", alter_sys=True)
@@ -96,7 +99,7 @@ def main() -> None:
             if pid == 0:
                 os.close(0)
                 os.dup2(devnull, 0)
-                child(name, request["args"], out.fileno(), err.fileno())
+                child(name, request["args"], request["env"], out.fileno(), err.fileno())
             deadline = time.monotonic() + request["timeout"]
             timed_out = False
             while True:

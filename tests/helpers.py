@@ -61,7 +61,7 @@ def run_cli(module: str, *args, env=None, timeout: float = 600, popen: bool = Fa
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, **kw)
 
 
-_warm: dict[tuple, subprocess.Popen] = {}
+_warm: dict[str, tuple[subprocess.Popen, dict]] = {}
 
 
 def run_cli_warm(module: str, *args, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -76,15 +76,18 @@ def run_cli_warm(module: str, *args, env=None, timeout: float = 600) -> subproce
     import os
 
     env = dict(os.environ if env is None else env)
-    key = (module, tuple(sorted(env.items())))
-    server = _warm.get(key)
-    if server is None or server.poll() is not None:
-        server = _warm[key] = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_server.py"), module],
-                                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT,
-                                               text=True)
+    same = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's, changed at every test
+    server, server_env = _warm.get(module, (None, None))
+    if server is None or server.poll() is not None or server_env != same:
+        if server is not None:  # one server a command (each holds torch in memory): a new environment replaces it
+            server.stdin.close()
+            server.wait()
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_server.py"), module],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+        _warm[module] = server, same
         atexit.register(server.stdin.close)  # the server ends at the end of its input
     args = [str(a) for a in args]
-    server.stdin.write(json.dumps({"args": args, "timeout": timeout}) + "\n")
+    server.stdin.write(json.dumps({"args": args, "env": env, "timeout": timeout}) + "\n")
     server.stdin.flush()
     line = server.stdout.readline()
     assert line, f"tests/cli_server.py {module} ended (exit {server.wait()})"

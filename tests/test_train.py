@@ -181,7 +181,7 @@ def test_callback_can_stop_a_run(corpus):
 
 @pytest.mark.e2e
 def test_cli_prints_json_record():
-    out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+    out = run_cli_warm("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
                   "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
                   "--precision", "fp32", "--json", "--quiet")
     assert out.returncode == 0, out.stderr
