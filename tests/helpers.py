@@ -61,6 +61,45 @@ def run_cli(module: str, *args, env=None, timeout: float = 600, popen: bool = Fa
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT, **kw)
 
 
+_warm: dict[str, tuple[subprocess.Popen, dict]] = {}
+
+
+def run_cli_warm(module: str, *args, env=None, timeout: float = 600) -> subprocess.CompletedProcess:
+    """What :func:`run_cli` returns for ``python -m searchmaps.MODULE ARGS`` (its own process:
+    exit code, stdout, stderr), the process forked from a server that imported the command
+    once (``tests/cli_server.py``: one per command and environment, for the session), so a
+    test of many bad command lines pays torch's import once. For commands that stop or
+    fail before any work; a test that signals, limits or watches its process uses
+    :func:`run_cli`."""
+    import atexit
+    import json
+    import os
+
+    env = dict(os.environ if env is None else env)
+    same = {k: v for k, v in env.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's, changed at every test
+    server, server_env = _warm.get(module, (None, None))
+    if server is None or server.poll() is not None or server_env != same:
+        if server is not None:  # one server a command (each holds torch in memory): a new environment replaces it
+            server.stdin.close()
+            server.wait()
+        server = subprocess.Popen([sys.executable, str(ROOT / "tests" / "cli_server.py"), module],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=ROOT, text=True)
+        _warm[module] = server, same
+        atexit.register(server.stdin.close)  # the server ends at the end of its input
+    args = [str(a) for a in args]
+    server.stdin.write(json.dumps({"args": args, "env": env, "timeout": timeout}) + "\n")
+    server.stdin.flush()
+    line = server.stdout.readline()
+    assert line, f"tests/cli_server.py {module} ended (exit {server.wait()})"
+    reply = json.loads(line)
+    cmd = [sys.executable, "-m", f"searchmaps.{module}", *args]
+    if reply["timed_out"]:
+        raise subprocess.TimeoutExpired(cmd, timeout, reply["stdout"], reply["stderr"])
+    # as text=True reads a pipe: universal newlines
+    text = lambda s: s.replace("\r\n", "\n").replace("\r", "\n")  # noqa: E731
+    return subprocess.CompletedProcess(cmd, reply["code"], text(reply["stdout"]), text(reply["stderr"]))
+
+
 # =========================================================================== statistics, racing, report
 
 

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from helpers import run_cli, tiny_spec
+from helpers import run_cli_warm, tiny_spec
 from reference_exit import gathered_forward
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -205,7 +205,7 @@ def test_bad_exit_flags_are_one_line_naming_the_flag_and_exit_2(tmp_path, capsys
 @pytest.mark.e2e
 def test_the_train_command_writes_the_exit_columns(tmp_path):
     runs = tmp_path / "runs.csv"
-    proc = run_cli("train", "--layers", "2", "--map", "2,2", "--d-model", "16", "--heads", "2", "--seq-len", "16",
+    proc = run_cli_warm("train", "--layers", "2", "--map", "2,2", "--d-model", "16", "--heads", "2", "--seq-len", "16",
                    "--tokens", "2048", "--batch-size", "4", "--eval-tokens", "256", "--compile", "off",
                    "--runs", runs, "--quiet", "--exit-eps")
     assert proc.returncode == 0, proc.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import run_cli, study_info, study_records
+from helpers import run_cli, run_cli_warm, study_info, study_records
 from searchmaps.audit import UNTRUSTED, audit_study, stored_records
 from searchmaps.ledger import Ledger, check_storage
 from searchmaps.results import RunsFile, read_runs
@@ -35,7 +35,7 @@ def stored_study(folder: Path, name: str = "s") -> Path:
 
 
 def report(folder, *extra):
-    return run_cli("report", folder, "--no-attach", *extra, timeout=300)
+    return run_cli_warm("report", folder, "--no-attach", *extra, timeout=300)
 
 
 def test_a_clean_copy_is_left_byte_for_byte(tmp_path):
@@ -132,7 +132,7 @@ def test_a_report_never_creates_tables_in_a_storage_outside_its_folder(tmp_path)
     before = other.read_bytes()
     info = json.loads((folder / "study.json").read_text())
     (folder / "study.json").write_text(json.dumps({**info, "storage": f"sqlite:///{other}"}))
-    out = run_cli("report", folder, timeout=300)  # attaching the figure too
+    out = run_cli_warm("report", folder, timeout=300)  # attaching the figure too
     assert out.returncode == 0, out.stderr
     assert tables(other) == ["notes"] and other.read_bytes() == before
     assert not (folder / "optuna.db").exists()
@@ -143,7 +143,7 @@ def test_a_report_attaches_to_the_folder_storage_without_creating_tables(tmp_pat
     folder = stored_study(tmp_path / "s")
     db = folder / "optuna.db"
     before = tables(db)  # searchmaps' tables only: Optuna's were never made here
-    out = run_cli("report", folder, timeout=300)
+    out = run_cli_warm("report", folder, timeout=300)
     assert out.returncode == 0, out.stderr
     assert tables(db) == before
     assert "not in the dashboard" in out.stderr

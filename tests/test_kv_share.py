@@ -10,7 +10,7 @@ import json
 
 import pytest
 import torch
-from helpers import run_cli, tiny_spec
+from helpers import run_cli, run_cli_warm, tiny_spec
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -278,7 +278,7 @@ def test_the_train_command_trains_a_shared_map(tmp_path):
     from searchmaps.results import read_runs
 
     runs = tmp_path / "runs.csv"
-    out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+    out = run_cli_warm("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
                   "--kv-share", "first:8", "--tokens", "512", "--batch-size", "4", "--eval-tokens", "256",
                   "--compile", "off", "--quiet", "--runs", runs)
     assert out.returncode == 0, out.stderr

@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 import torch
-from helpers import PACKED_TOL as TOL, assert_same_rows as assert_same, run_cli, tiny_spec
+from helpers import PACKED_TOL as TOL, assert_same_rows as assert_same, run_cli_warm, tiny_spec
 
 from searchmaps.config import RESIDUALS
 from searchmaps.encodings import ENCODINGS
@@ -245,11 +245,11 @@ def test_the_train_command_packs_seeds_and_appends_their_rows(tmp_path):
     runs = tmp_path / "study" / "runs.csv"
     args = ["--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32", "--batch-size", "4",
             "--tokens", "2048", "--eval-tokens", "512", "--precision", "fp32", "--compile", "off", "--quiet"]
-    out = run_cli("train", *args, "--seed", "3", "--seeds", "2", "--runs", str(runs))
+    out = run_cli_warm("train", *args, "--seed", "3", "--seeds", "2", "--runs", str(runs))
     assert out.returncode == 0, out.stderr
     rows = read_runs(runs)
     assert [(r.seed, r.packed, r.status) for r in rows] == [(3, 2, Status.OK), (4, 2, Status.OK)]
-    bad = run_cli("train", *args, "--seeds", "0")
+    bad = run_cli_warm("train", *args, "--seeds", "0")
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "--seeds" in bad.stderr
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ROOT, make_study, realistic_results, record, run_cli, study_info, study_records
+from helpers import ROOT, make_study, realistic_results, record, run_cli, run_cli_warm, study_info, study_records
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
@@ -344,7 +344,7 @@ def test_the_committed_study_in_the_older_runs_csv_format(tmp_path):
     folder = tmp_path / "ilr-table1-rope-flops"
     shutil.copytree(ROOT / "results" / "ilr-table1-rope-flops", folder)
     before = (folder / "runs.csv").read_bytes()
-    out = run_cli("report", folder, "--planned", "4,2,1,1:2,2,2,2", "4,2,1,1:3,2,2,1", "all:1,1,1,1", "--no-attach")
+    out = run_cli_warm("report", folder, "--planned", "4,2,1,1:2,2,2,2", "4,2,1,1:3,2,2,1", "all:1,1,1,1", "--no-attach")
     assert out.returncode == 0 and out.stderr == "", out.stderr
     assert (folder / "runs.csv").read_bytes() == before
     assert len(pd.read_csv(folder / "summary.csv")) == 11 and len(pd.read_csv(folder / "planned.csv")) == 12
@@ -397,7 +397,7 @@ def test_the_protocol_names_the_recipe_and_the_tokens_actually_trained(tmp_path)
 def test_an_exact_test_that_cannot_reject_is_said_loudly(realistic, tmp_path, test):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
-    out = run_cli("report", folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach", "--top-group", "holm")
+    out = run_cli_warm("report", folder, "--test", test, "--planned", "all/1,1,1,1", "--no-attach", "--top-group", "holm")
     assert out.returncode == 0, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.report: warning: "), out.stderr
@@ -428,7 +428,7 @@ def test_an_exact_test_that_can_reject_gives_no_warning(tmp_path):
 def test_cli_writes_report_and_takes_options(realistic, tmp_path):
     folder = tmp_path / "copy"
     shutil.copytree(realistic[0], folder)
-    out = run_cli("report", folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
+    out = run_cli_warm("report", folder, "--test", "signflip", "--correction", "bonferroni", "--alpha", "0.1", "--reference",
               "2,1,1,1", "--top-group", "holm", "--no-attach")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == str(folder / "report.html")
@@ -533,7 +533,7 @@ def test_cli_bad_input_is_one_line_exit_2(tmp_path, args, what):
     folders["empty"] = tmp_path / "empty"
     folders["empty"].mkdir()
     argv = [a.format(tmp=tmp_path, **folders) for a in args]
-    out = run_cli("report", *argv, timeout=60)
+    out = run_cli_warm("report", *argv, timeout=60)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("searchmaps.report: error: "), out.stderr

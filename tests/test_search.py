@@ -19,7 +19,8 @@ from pathlib import Path
 
 import optuna
 import pytest
-from helpers import record, run_cli
+from conftest import TINY_SPACE
+from helpers import record, run_cli, run_cli_warm
 from optuna.trial import TrialState
 
 from searchmaps import flops
@@ -339,7 +340,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
 ])
 def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, ray_env, extra, flag):
     args = ["--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(tmp_path)]
-    out = run_cli("run", *args, *extra, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, *extra, timeout=120, env=ray_env)
     assert out.returncode == 2, out.stderr
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and flag in lines[0] and "Traceback" not in out.stderr, out.stderr
@@ -348,7 +349,7 @@ def test_bad_flags_are_one_line_exit_2_before_ray_starts(space_file, tmp_path, r
 
 def test_a_planned_block_map_on_the_left_is_read(space_file, tmp_path, ray_env):
     results = tmp_path / "results"
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results),
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(results),
                   "--planned", "block:2:1,1", "2,1/block:2", "--dry-run", timeout=120, env=ray_env)
     assert out.returncode == 0, out.stderr
     listed = [line.split()[0] for line in out.stdout.splitlines()[1:-1]]
@@ -364,18 +365,18 @@ def test_a_damaged_study_folder_is_one_line_exit_2(space_file, tmp_path, ray_env
     args = ["--space", str(space_file), "--budget-flops", BUDGET, "--results-dir", str(tmp_path), "--study", "s",
             "--compile", "off", "--quiet"]
     (study / "study.json").write_text("")
-    out = run_cli("run", *args, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "study.json" in out.stderr
     (study / "study.json").unlink()
     (study / "runs.csv").write_bytes(b"run_id,map,pe,seed,status\n\x00\x01\x02garbage\n")
-    out = run_cli("run", *args, timeout=120, env=ray_env)
+    out = run_cli_warm("run", *args, timeout=120, env=ray_env)
     assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "runs.csv" in out.stderr
 
 
 def test_unwritable_results_dir(space_file, tmp_path, ray_env):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"),
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", "1e9", "--results-dir", str(blocker / "sub"),
                   env=ray_env)
     assert out.returncode == 2 and "--results-dir" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
@@ -383,19 +384,19 @@ def test_unwritable_results_dir(space_file, tmp_path, ray_env):
 def test_malformed_space_file(tmp_path, ray_env):
     bad = tmp_path / "bad.toml"
     bad.write_text('name = "x"\n[maps]\nrepeats = [3, 1]\n')
-    out = run_cli("run", "--space", str(bad), "--budget-flops", "1e9", env=ray_env)
+    out = run_cli_warm("run", "--space", str(bad), "--budget-flops", "1e9", env=ray_env)
     assert out.returncode == 2 and "repeats" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def test_dry_run_lists_candidates_with_costs(space_file, ray_env):
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run", env=ray_env)
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", BUDGET, "--dry-run", env=ray_env)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1 + 3
     assert lines[1].split()[:2] == ["1,1", "rope"]
     assert str(f"{tiny_flops('2,1'):,}") in out.stdout
     # with --maps, exactly those maps (it listed the whole space before)
-    out = run_cli("run", "--space", str(space_file), "--budget-flops", BUDGET, "--maps", "2,1", "--dry-run",
+    out = run_cli_warm("run", "--space", str(space_file), "--budget-flops", BUDGET, "--maps", "2,1", "--dry-run",
                   env=ray_env)
     assert out.returncode == 0, out.stderr
     assert [line.split()[0] for line in out.stdout.strip().splitlines()[1:]] == ["2,1"]
@@ -494,10 +495,32 @@ def test_planned_comparisons_are_checked_against_the_candidates(space_file, tmp_
 LADDER_ARGS = ["--tokens", "1024,2048,4096", "--schedule", "wsd"]
 
 
-def test_a_ladder_search_records_every_rung_once_with_intermediate_values(ray_cluster, space_file, tmp_path):
-    results = tmp_path / "results"
-    argv = common(space_file, results, "--seeds", "2", "--study", "lad", "--ray-address", ray_cluster, *LADDER_ARGS)
+@pytest.fixture(scope="module")
+def ladder_study(tmp_path_factory, ray_cluster):
+    """One ladder search (the 3 maps x 2 seeds, rungs 1024, 2048 and 4096 tokens), trained
+    once for the tests that read it or change a copy of it (:func:`copy_of_ladder`):
+    (results folder, the argv that made it)."""
+    root = tmp_path_factory.mktemp("ladder")
+    space_file = root / "tiny.toml"
+    space_file.write_text(TINY_SPACE)
+    argv = common(space_file, root / "results", "--seeds", "2", "--study", "lad", "--ray-address", ray_cluster,
+                  *LADDER_ARGS)
     assert main(argv) == 0
+    return root / "results", argv
+
+
+def copy_of_ladder(ladder_study, tmp_path):
+    """The ladder study's folder copied under ``tmp_path / "results"`` and its argv pointed there."""
+    import shutil
+
+    results, argv = ladder_study
+    shutil.copytree(results / "lad", tmp_path / "results" / "lad")
+    i = argv.index("--results-dir")
+    return tmp_path / "results", argv[:i + 1] + [str(tmp_path / "results")] + argv[i + 2:]
+
+
+def test_a_ladder_search_records_every_rung_once_with_intermediate_values(ladder_study):
+    results, _ = ladder_study
     rows = read_runs(results / "lad" / "runs.csv")
     assert sorted((r.map, r.seed, r.rung) for r in rows) == sorted(
         (m, s, i) for m in MAPS for s in range(2) for i in range(3))
@@ -512,14 +535,14 @@ def test_a_ladder_search_records_every_rung_once_with_intermediate_values(ray_cl
     assert info["ladder"] == [1024.0, 2048.0, 4096.0] and info["train"]["schedule"] == "wsd"
 
 
-def test_promotion_continues_runs_and_matches_the_full_ladder_bit_for_bit(ray_cluster, space_file, tmp_path, capsys):
+def test_promotion_continues_runs_and_matches_the_full_ladder_bit_for_bit(ladder_study, ray_cluster, space_file,
+                                                                          tmp_path, capsys):
     results = tmp_path / "results"
-    full = common(space_file, results, "--seeds", "2", "--study", "full", "--ray-address", ray_cluster, *LADDER_ARGS)
     promoted = common(space_file, results, "--seeds", "2", "--study", "promo", "--ray-address", ray_cluster,
                       "--promote", *LADDER_ARGS)
-    assert main(full) == 0 and main(promoted) == 0
+    assert main(promoted) == 0
     assert "promotion:" in capsys.readouterr().err
-    whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "full" / "runs.csv")}
+    whole = {(r.map, r.seed, r.rung): r for r in read_runs(ladder_study[0] / "lad" / "runs.csv")}
     part = read_runs(results / "promo" / "runs.csv")
     for r in part:  # a promoted run continued from its saved state gives the whole ladder's numbers
         w = whole[(r.map, r.seed, r.rung)]
@@ -638,22 +661,19 @@ def test_a_kill_after_tell_or_before_it_tells_each_candidate_once_with_its_rung_
 
 
 @pytest.mark.parametrize("how", ["deleted", "emptied"])
-def test_a_lost_optuna_db_is_rebuilt_from_runs_csv_without_training_again(ray_cluster, space_file, tmp_path, capsys,
-                                                                          how):
-    results = tmp_path / "results"
-    argv = common(space_file, results, "--seeds", "2", "--study", "lost", "--ray-address", ray_cluster, *LADDER_ARGS)
-    assert main(argv) == 0
-    before_trials = {t.user_attrs["candidate"]: t for t in trials(results, "lost") if t.state == TrialState.COMPLETE}
-    runs = results / "lost" / "runs.csv"
+def test_a_lost_optuna_db_is_rebuilt_from_runs_csv_without_training_again(ladder_study, tmp_path, capsys, how):
+    results, argv = copy_of_ladder(ladder_study, tmp_path)  # a finished ladder study, its own copy
+    before_trials = {t.user_attrs["candidate"]: t for t in trials(results, "lad") if t.state == TrialState.COMPLETE}
+    runs = results / "lad" / "runs.csv"
     before = runs.read_bytes()
-    for f in (results / "lost").glob("optuna.db*"):
+    for f in (results / "lad").glob("optuna.db*"):
         f.unlink()
     if how == "emptied":
-        (results / "lost" / "optuna.db").write_bytes(b"")
+        (results / "lad" / "optuna.db").write_bytes(b"")
     capsys.readouterr()
     assert main(argv) == 0
     err = capsys.readouterr().err
-    ts = trials(results, "lost")
+    ts = trials(results, "lad")
     assert_study_closed(ts)
     assert runs.read_bytes() == before  # nothing trained again, nothing rewritten
     assert "nothing to train" in err and "opened again and told from the rows" in err
@@ -810,17 +830,19 @@ def test_a_training_process_that_dies_is_one_short_line_and_runs_again(space_fil
 # ---------------------------------------------------------------------------- packed units (--pack-seeds)
 
 
-def test_packed_units_give_the_rows_of_separate_trainings_and_promotion_continues_them(ray_cluster, space_file,
-                                                                                        tmp_path):
+def test_packed_units_give_the_rows_of_separate_trainings_and_promotion_continues_them(ladder_study, ray_cluster,
+                                                                                        space_file, tmp_path):
     """--pack-seeds 2 on a ladder gives the same rows, with the same numbers up to float
-    rounding, as one seed per training; with promotion a packed rung continues each seed from its own saved state."""
+    rounding, as one seed per training (the ladder study's rows of these maps: --pack-seeds
+    is off by default); with promotion a packed rung continues each seed from its own saved state."""
     results = tmp_path / "results"
     run = lambda study, *extra: main(common(space_file, results, "--seeds", "2", "--study", study,  # noqa: E731
                                             "--ray-address", ray_cluster, "--maps", "1,1", "2,1", *LADDER_ARGS,
                                             *extra))
-    assert run("off", "--pack-seeds", "off") == 0 and run("packed", "--pack-seeds", "2") == 0
+    assert run("packed", "--pack-seeds", "2") == 0
     assert run("promo", "--pack-seeds", "2", "--promote") == 0
-    whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "off" / "runs.csv")}
+    whole = {(r.map, r.seed, r.rung): r for r in read_runs(ladder_study[0] / "lad" / "runs.csv")
+             if r.map in ("1,1", "2,1")}
     packed = read_runs(results / "packed" / "runs.csv")
     assert sorted((r.map, r.seed, r.rung) for r in packed) == sorted(whole)  # every row once, no more
     for r in packed + read_runs(results / "promo" / "runs.csv"):

@@ -7,7 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import run_cli
+from helpers import run_cli, run_cli_warm
 
 from searchmaps import flops
 from searchmaps.config import ModelConfig
@@ -83,7 +83,7 @@ def test_a_space_file_whose_name_is_a_path_is_refused_and_nothing_is_made(tmp_pa
     results = tmp_path / "a" / "b" / "results"
     sf = space(tmp_path, name)
     before = tree(tmp_path)
-    out = run_cli("run", *args_for(sf, results, "--workers", "1", "--ray-address", "127.0.0.1:1"), timeout=300,
+    out = run_cli_warm("run", *args_for(sf, results, "--workers", "1", "--ray-address", "127.0.0.1:1"), timeout=300,
                   env=ray_env)
     assert out.returncode == 2, out.stderr
     line = one_line(out.stderr)
@@ -253,5 +253,5 @@ def test_a_signal_while_the_report_is_written_exits_with_its_code(finished, tmp_
 def test_the_report_command_on_an_unwritable_report_is_one_line(finished, tmp_path):
     folder, _ = copy_of(finished, tmp_path)
     (folder / "report.html").mkdir()
-    proc = run_cli("report", folder, "--no-attach", timeout=300)
+    proc = run_cli_warm("report", folder, "--no-attach", timeout=300)
     assert proc.returncode == 1 and "report.html" in one_line(proc.stderr)

@@ -13,7 +13,7 @@ from searchmaps.config import POSITIONAL_ENCODINGS, ConfigError
 from searchmaps.results import Status, perplexity
 from searchmaps.schedule import cooldown_start
 from searchmaps.train import lr_at, plan_steps, train
-from helpers import run_cli, tiny_spec
+from helpers import run_cli, run_cli_warm, tiny_spec
 
 RECORD_KEYS = {
     "map", "pe", "seed", "config_hash", "n_params", "flops_per_token", "train_flops_per_token",
@@ -181,7 +181,7 @@ def test_callback_can_stop_a_run(corpus):
 
 @pytest.mark.e2e
 def test_cli_prints_json_record():
-    out = run_cli("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
+    out = run_cli_warm("train", "--map", "2,1", "--layers", "2", "--d-model", "32", "--heads", "2", "--seq-len", "32",
                   "--batch-size", "4", "--tokens", "1e3", "--eval-tokens", "256", "--compile", "off",
                   "--precision", "fp32", "--json", "--quiet")
     assert out.returncode == 0, out.stderr
@@ -210,7 +210,7 @@ def test_cli_prints_json_record():
 ])
 @pytest.mark.e2e
 def test_cli_errors_are_one_line_exit_2(args, flag):
-    out = run_cli("train", *args, "--quiet")
+    out = run_cli_warm("train", *args, "--quiet")
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
