@@ -127,20 +127,21 @@ def test_bad_pack_candidates_is_one_line_and_exit_2_with_nothing_written(space_f
 
 @pytest.mark.e2e
 def test_packed_candidates_give_the_rows_of_separate_trainings(space_file, tmp_path):
-    """--pack-candidates 3 --pack-seeds 2 on a ladder of the 10 maps (the local executor, in this process's
-    children): every (map, seed, rung) once, each with the numbers of one seed per training
-    up to float rounding, and ``packed`` the number of models the training held."""
+    """--pack-candidates 3 --pack-seeds 2 on a ladder of 4 of the space's maps, depths 2, 4 and 6 and a
+    block map (the local executor, in this process's children): every (map, seed, rung) once, each with
+    the numbers of one seed per training up to float rounding, and ``packed`` the number of models the
+    training held."""
     from searchmaps.cli.run import main
     from searchmaps.results import read_eval_windows, read_runs
 
     results = tmp_path / "results"
-    ladder = ["--tokens", "1024,2048", "--schedule", "wsd", "--seeds", "2"]
+    ladder = ["--tokens", "1024,2048", "--schedule", "wsd", "--seeds", "2", "--maps", "1,1", "1,3", "3,3", "block:2"]
     assert main(search(space_file, results, "--study", "off", *ladder)) == 0
     assert main(search(space_file, results, "--study", "stack", "--pack-seeds", "2", "--pack-candidates", "3",
                        *ladder)) == 0
     whole = {(r.map, r.seed, r.rung): r for r in read_runs(results / "off" / "runs.csv")}
     stacked = read_runs(results / "stack" / "runs.csv")
-    assert len(whole) == 10 * 2 * 2 and sorted((r.map, r.seed, r.rung) for r in stacked) == sorted(whole)
+    assert len(whole) == 4 * 2 * 2 and sorted((r.map, r.seed, r.rung) for r in stacked) == sorted(whole)
     # every row's per-window losses (eval_windows.jsonl, 5 decimals), the packed ones too
     alone_w, stack_w = read_eval_windows(results / "off"), read_eval_windows(results / "stack")
     for r in stacked:
@@ -150,5 +151,5 @@ def test_packed_candidates_give_the_rows_of_separate_trainings(space_file, tmp_p
         assert stack_w[r.run_id] == pytest.approx(alone_w[w.run_id], abs=1e-4)
         assert (r.steps, len(r.curve), r.config_hash) == (w.steps, len(w.curve), w.config_hash)
         assert w.packed == 1
-    # the space's 10 maps in packs of 3 candidates x 2 seeds, the last candidate alone with its 2 seeds
-    assert sorted(r.packed for r in stacked) == [2] * 4 + [6] * 36
+    # the 4 maps in packs of 3 candidates x 2 seeds, the last candidate alone with its 2 seeds
+    assert sorted(r.packed for r in stacked) == [2] * 4 + [6] * 12
