@@ -163,22 +163,31 @@ def documents(limit: int | None = None, base: Path | None = None, progress: bool
     looks, ``limit`` sources of each package, a fixed sample spread over it (those whose
     ``sha256("slice:" + name)`` is lowest); a document in the slice is on the same side of the
     split as in the whole corpus. Raises :class:`MissingPackages`."""
-    from tqdm import tqdm
 
     base = root() if base is None else base
     gone = missing(base)
     if gone:
         raise MissingPackages(gone)
+    return collect(PACKAGES, _sources, base, limit, "english", progress)
+
+
+def collect(packages, sources, base: Path, limit: int | None, desc: str, progress: bool | None
+            ) -> tuple[list[tuple[str, bytes]], dict[str, dict[str, int]]]:
+    """The documents of ``packages`` (``sources(pkg, base)``: ``(name, make text)`` pairs), tidied,
+    empty and repeated (SHA-256) texts dropped, in name order, with per-package counts: what
+    :func:`documents` returns, shared with :mod:`searchmaps.english_large`."""
+    from tqdm import tqdm
+
     todo = []
-    for pkg in PACKAGES:
-        srcs = _sources(pkg, base)
+    for pkg in packages:
+        srcs = sources(pkg, base)
         if limit is not None:  # a fixed sample spread over the package: the names that hash lowest
             srcs = sorted(srcs, key=lambda t: hashlib.sha256(f"slice:{t[0]}".encode()).digest())[:limit]
         todo += [(name, make, pkg.name) for name, make in srcs]
     todo.sort(key=lambda t: t[0])
-    stats = {p.name: {"documents": 0, "bytes": 0, "duplicates": 0, "empty": 0} for p in PACKAGES}
+    stats = {p.name: {"documents": 0, "bytes": 0, "duplicates": 0, "empty": 0} for p in packages}
     seen, docs = set(), []
-    bar = tqdm(todo, desc="english: extract", unit="doc", disable=None if progress is None else not progress)
+    bar = tqdm(todo, desc=f"{desc}: extract", unit="doc", disable=None if progress is None else not progress)
     for name, make, pkg in bar:
         text = _tidy(make()).encode("utf-8")
         if not text:

@@ -29,7 +29,6 @@ Qt, Node.js: experiments/english-corpus/candidates-2026-12-06.md) are not in the
 from __future__ import annotations
 
 import gzip
-import hashlib
 import html
 import re
 from dataclasses import dataclass
@@ -211,36 +210,12 @@ def documents(limit: int | None = None, base: Path | None = None, progress: bool
     """As :func:`english.documents`, over :data:`PACKAGES`: the documents ``(name, UTF-8 text)``
     in name order and per package ``{"documents", "bytes", "duplicates", "empty"}``; ``limit``
     the same fixed slice per package. Raises :class:`MissingPackages`."""
-    from tqdm import tqdm
 
     base = root() if base is None else base
     gone = missing(base)
     if gone:
         raise MissingPackages(gone)
-    todo = []
-    for pkg in PACKAGES:
-        srcs = _sources(pkg, base)
-        if limit is not None:
-            srcs = sorted(srcs, key=lambda t: hashlib.sha256(f"slice:{t[0]}".encode()).digest())[:limit]
-        todo += [(name, make, pkg.name) for name, make in srcs]
-    todo.sort(key=lambda t: t[0])
-    stats = {p.name: {"documents": 0, "bytes": 0, "duplicates": 0, "empty": 0} for p in PACKAGES}
-    seen, docs = set(), []
-    bar = tqdm(todo, desc="english-large: extract", unit="doc", disable=None if progress is None else not progress)
-    for name, make, pkg in bar:
-        text = english._tidy(make()).encode("utf-8")
-        if not text:
-            stats[pkg]["empty"] += 1
-            continue
-        h = hashlib.sha256(text).digest()
-        if h in seen:
-            stats[pkg]["duplicates"] += 1
-            continue
-        seen.add(h)
-        docs.append((name, text))
-        stats[pkg]["documents"] += 1
-        stats[pkg]["bytes"] += len(text)
-    return docs, stats
+    return english.collect(PACKAGES, _sources, base, limit, "english-large", progress)
 
 
 # --------------------------------------------------------------------------- formats
