@@ -32,6 +32,7 @@ CooldownShape = Literal["1-sqrt", "linear"]
 Init = Literal["scaled", "normal"]
 EvalProtocol = Literal["windows", "ilr", "spread", "stratified"]
 TrainSampling = Literal["windows", "epoch"]
+ATTENTION_KERNELS = ("sdpa", "math", "chunked")  # searchmaps.attention.KERNELS (that module imports torch)
 
 POSITIONAL_ENCODINGS: tuple[str, ...] = get_args(PositionalEncoding)
 RESIDUALS: tuple[str, ...] = get_args(Residual)
@@ -152,6 +153,7 @@ class TrainConfig:
     eval_tokens: int = 32_768  # held-out tokens per validation (fixed windows)
     precision: Precision = "bf16"
     compile: bool = True  # torch.compile each decoder layer (one compile serves every map)
+    attention: str = "sdpa"  # the attention kernel (searchmaps.attention: sdpa, math, chunked); same numbers up to rounding
     schedule: Schedule = "wsd"  # wsd: warm-up, constant, cooldown (experiments/schedules/schedules.py); cosine: warm-up, decay
     cooldown_frac: float = 0.2  # wsd: share of the horizon's steps in the cooldown
     cooldown_shape: CooldownShape = "1-sqrt"  # wsd: 1 - sqrt(progress) (Hagele et al. 2024) or linear
@@ -195,6 +197,8 @@ class TrainConfig:
         _positive("--eval-tokens", self.eval_tokens)
         if self.precision not in PRECISIONS:
             raise ConfigError(f"--precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"--attention must be one of {', '.join(ATTENTION_KERNELS)}, got {self.attention!r}")
         if self.schedule not in SCHEDULES:
             raise ConfigError(f"--schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         if self.cooldown_shape not in COOLDOWN_SHAPES:
@@ -315,7 +319,7 @@ class TrialSpec:
 
 RECIPE_DEFAULTS = {"model.init": "scaled", "model.kv_share": "none", "train.decay_gains": False,
                    "train.eval_protocol": "windows", "train.exit_eps": (), "train.exit_tolerance": 0.005,
-                   "train.sampling": "windows"}
+                   "train.sampling": "windows", "train.attention": "sdpa"}
 """Options added after studies were committed, at the values those studies ran with: a
 configuration at these values keeps the hash (and the protocol) it had before they existed."""
 

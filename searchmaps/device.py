@@ -31,17 +31,50 @@ def resolve_device(device: str) -> str:
 
 
 def resolve_precision(precision: str, device: str) -> str:
-    """``auto`` -> bf16 autocast where the hardware has bf16 matmuls, else fp32."""
-    if precision != "auto":
+    """``auto`` -> bf16 autocast where the hardware has bf16 matmuls, else fp32. ``bf16``
+    asked of a CPU without bf16 matrix support is a ConfigError: there torch emulates bf16
+    products at a small fraction of fp32's speed (measured 50x slower on an AVX2 CPU)."""
+    if precision == "fp32":
         return precision
-    import torch  # here, not at the top: the report's CLI never needs torch
-
     if device.startswith("cuda"):
-        return "bf16" if torch.cuda.is_available() and torch.cuda.is_bf16_supported() else "fp32"
+        import torch  # here, not at the top: the report's CLI never needs torch
+
+        has = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+    else:
+        has = cpu_has_bf16()
+    if precision == "auto":
+        return "bf16" if has else "fp32"
+    if not has:
+        raise ConfigError(f"--precision bf16: this {'GPU' if device.startswith('cuda') else 'CPU'} has no bf16 "
+                          f"matrix support (torch would emulate it, many times slower than fp32); use "
+                          f"--precision fp32 or auto")
+    return precision
+
+
+def cpu_has_bf16() -> bool:
+    """Whether this CPU multiplies bf16 matrices in hardware (AVX512-BF16 or AMX, as oneDNN sees it)."""
+    import torch
+
     try:
-        return "bf16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "fp32"
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     except (AttributeError, RuntimeError):
-        return "fp32"
+        return False
+
+
+def resolve_attention(choice: str, device: str, model, train, threads: int = 1) -> str:
+    """``--attention``'s value as the kernel a training of ``model`` (a ModelConfig) under
+    ``train`` (a TrainConfig, its precision and compile resolved) runs:
+    :func:`searchmaps.attention.resolve` (``auto``: measured at this shape on this machine,
+    once; cached)."""
+    if choice != "auto":
+        if choice not in ("sdpa", "math", "chunked"):
+            raise ConfigError(f"--attention must be auto, sdpa, math or chunked, got {choice!r}")
+        return choice
+    from . import attention
+
+    return attention.resolve(choice, device=device, precision=train.precision, batch=train.forward_batch,
+                             heads=model.n_heads, seq_len=model.seq_len, head_dim=model.head_dim,
+                             threads=threads, compile=train.compile)
 
 
 def resolve_compile(choice: str, device: str) -> bool:

@@ -76,16 +76,16 @@ class Encoding:
         by the positions it is given."""
         return pos
 
-    def attend(self, q, k, v, pos: tuple, keys=None):
-        """Attention (B, nh, Tq, hs). ``keys`` None: causal over k's T positions. Else
-        (query positions (Tq,), key positions (S,), allowed (Tq, S) bool): each query reads
-        the keys ``allowed`` marks (memory-shared loops, decoding from a cache), the key
-        positions saying how far back each one lies."""
-        import torch.nn.functional as F
+    def attend(self, q, k, v, pos: tuple, keys=None, kernel: str = "sdpa"):
+        """Attention (B, nh, Tq, hs) by ``kernel`` (:mod:`searchmaps.attention`). ``keys`` None:
+        causal over k's T positions. Else (query positions (Tq,), key positions (S,), allowed
+        (Tq, S) bool): each query reads the keys ``allowed`` marks (memory-shared loops, decoding
+        from a cache), the key positions saying how far back each one lies."""
+        from . import attention
 
         if keys is None:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=keys[2])
+            return attention.run(kernel, q, k, v, causal=True)
+        return attention.run(kernel, q, k, v, mask=keys[2])
 
 
 class NoPE(Encoding):
@@ -156,14 +156,14 @@ class ALiBi(Encoding):
     def positions(self, model, T: int) -> tuple:
         return (model.alibi[:, :, :T, :T],)
 
-    def attend(self, q, k, v, pos: tuple, keys=None):
-        import torch.nn.functional as F
+    def attend(self, q, k, v, pos: tuple, keys=None, kernel: str = "sdpa"):
+        from . import attention
 
         (bias,) = pos
         if keys is not None:  # the bias of each (query, key) pair by their positions, -inf where not allowed
             qpos, kpos, allowed = keys
             bias = bias[:, :, qpos[:, None], kpos[None, :]].masked_fill(~allowed, float("-inf"))
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+        return attention.run(kernel, q, k, v, mask=bias.to(q.dtype))
 
 
 # --------------------------------------------------------------------------- tables

@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from . import attention
 from .config import ModelConfig
 
 # --------------------------------------------------------------------------- layers
@@ -30,6 +31,7 @@ class Attention(nn.Module):
         super().__init__()
         self.n_heads = cfg.n_heads
         self.encoding = cfg.encoding
+        self.kernel = "sdpa"  # searchmaps.attention's kernel (LoopedLM.use_attention)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=False)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False)
 
@@ -47,16 +49,16 @@ class Attention(nn.Module):
         q = q.view(B, T, self.n_heads, -1).transpose(1, 2)  # (B, nh, T, hs)
         k = k.view(B, T, self.n_heads, -1).transpose(1, 2)
         v = v.view(B, T, self.n_heads, -1).transpose(1, 2)
-        y, own = attend(self.encoding, q, k, v, pos, kv, keys)
+        y, own = attend(self.encoding, q, k, v, pos, kv, keys, self.kernel)
         y = self.proj(y.transpose(1, 2).reshape(B, T, C))
         return (y, own) if keep else y
 
 
-def attend(encoding, q, k, v, pos=(), kv=None, keys=None):
+def attend(encoding, q, k, v, pos=(), kv=None, keys=None, kernel: str = "sdpa"):
     """Attention over heads ``q, k, v`` (batch, nh, T, hs) as a layer runs it (:class:`Attention`,
     and the stacked model with its models folded into the batch): the encoding's rotation,
     memory sharing's keys and values after this pass's own, the encoding's attention (causal
-    SDPA without positions). Returns (output (batch, nh, T, hs), this pass's own keys and values
+    without positions) by ``kernel`` (:mod:`searchmaps.attention`). Returns (output (batch, nh, T, hs), this pass's own keys and values
     as attention used them)."""
     if pos:
         q, k = encoding.qk(q, k, pos)
@@ -64,11 +66,11 @@ def attend(encoding, q, k, v, pos=(), kv=None, keys=None):
     if kv is not None:
         k, v = torch.cat((k, kv[0]), dim=2), torch.cat((v, kv[1]), dim=2)
     if keys is not None:
-        y = encoding.attend(q, k, v, pos, keys)
+        y = encoding.attend(q, k, v, pos, keys, kernel)
     elif pos:
-        y = encoding.attend(q, k, v, pos)
+        y = encoding.attend(q, k, v, pos, kernel=kernel)
     else:
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = attention.run(kernel, q, k, v, causal=True)
     return y, own
 
 
@@ -158,6 +160,15 @@ class LoopedLM(nn.Module):
                     # so every map of a seed starts from the same weights); depth-mup scales the
                     # branch by its 1/sqrt(unrolled depth) multiplier instead
                     p.data.mul_((2 * cfg.n_layers) ** -0.5)
+
+    def use_attention(self, kernel: str) -> "LoopedLM":
+        """Run every layer's attention by ``kernel`` (:mod:`searchmaps.attention`; the same
+        numbers up to float rounding, another speed). Returns the model."""
+        if kernel not in attention.KERNELS:
+            raise ValueError(f"attention kernel must be one of {', '.join(attention.KERNELS)}, got {kernel!r}")
+        for layer in self.layers:
+            layer.attn.kernel = kernel
+        return self
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -114,6 +114,11 @@ def add_proxy_args(g, search: bool) -> None:
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                    help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
+    g.add_argument("--attention", choices=("auto", "sdpa", "math", "chunked"), default="auto",
+                   help="the attention kernel (same numbers up to float rounding, another speed): sdpa (torch's fused "
+                        "kernel), math (the products written out: bf16 matrix units), chunked (math over blocks of "
+                        "queries, skipping the masked half); auto: the fastest at the training's shape, measured on "
+                        "this machine once and cached (docs/training.md)")
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 from .. import flops
 from ..config import ConfigError, parse_planned
 from ..data import DataError
-from ..device import resolve_compile, resolve_device, resolve_precision
+from ..device import resolve_attention, resolve_compile, resolve_device, resolve_precision
 from ..executor import EXECUTORS, resolve_executor
 from ..objectives import DEFAULT as DEFAULT_OBJECTIVES
 from ..objectives import OBJECTIVES
@@ -139,6 +139,9 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     train["compile"] = resolve_compile(args.compile, device)
     model = {k: v for k, v in model.items() if k != "n_layers"}
     space = space.with_overrides(model=model, train=train)
+    if args.attention != "auto" or not args.dry_run:  # a dry run lists costs: no kernel is timed for it
+        kernel = resolve_attention(args.attention, device, space.model, space.train, args.threads)
+        space = space.with_overrides(train={"attention": kernel})
     check_exit_tolerance(args, space.train.exit_eps, where=f" (or [train] exit_eps in {space.source})")
     pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,

@@ -10,7 +10,7 @@ import sys
 
 from ..config import ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
 from ..data import DataError, load_corpus
-from ..device import resolve_compile, resolve_device, resolve_precision
+from ..device import resolve_attention, resolve_compile, resolve_device, resolve_precision
 from ..results import ResultsError, RunRecord, RunsFile
 from ..schedule import make_ladder
 from ..train import train_ladder, train_packed
@@ -42,8 +42,11 @@ def build_parser() -> Parser:
     return p
 
 
-def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None) -> TrialSpec:
-    """The trial spec of ``searchmaps.train``'s flags (over ``--preset``'s values); raises ConfigError."""
+def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | None = None,
+                   measure: bool = False) -> TrialSpec:
+    """The trial spec of ``searchmaps.train``'s flags (over ``--preset``'s values); raises ConfigError.
+    ``measure``: resolve ``--attention auto`` (timing the kernels once on this machine) rather
+    than leave the default kernel, for the spec that trains."""
     model_kw, train_kw = with_preset(args)
     n_layers = model_kw.get("n_layers", ModelConfig.n_layers)
     reuse = ReuseMap.parse(args.map, n_layers)
@@ -53,6 +56,9 @@ def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | 
     train_cfg = TrainConfig(precision=resolve_precision(args.precision, device),
                             compile=resolve_compile(args.compile, device), **train_kw)
     check_exit_tolerance(args, train_cfg.exit_eps)
+    if measure or args.attention != "auto":
+        train_cfg = dataclasses.replace(train_cfg, attention=resolve_attention(args.attention, device, model, train_cfg,
+                                                                               args.threads))
     return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
                      threads=args.threads, device=device, preset=args.preset or "")
 
@@ -63,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         spec = spec_from_args(args)  # flags first: a bad flag should not wait for data
         corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args))
-        spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name)
+        spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name, measure=True)
         ladder = ladder_from_args(args)
         make_ladder(spec, ladder)  # a bad ladder is a flag error, before any training
         if args.seeds < 1:

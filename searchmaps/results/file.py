@@ -90,6 +90,10 @@ class RunsFile:
                         and any(r.config.get("train.sampling", "windows") != "windows" for r in new):
                     raise ResultsError(f"{self.path} was written before --sampling and has no column for it; "
                                        f"append these rows to another runs.csv")
+                if header is not None and "config.train.attention" not in header \
+                        and any(r.config.get("train.attention", "sdpa") != "sdpa" for r in new):
+                    raise ResultsError(f"{self.path} was written before --attention and has no column for it; "
+                                       f"append these rows to another runs.csv")
                 if header is None:
                     header = list(rows[0])
                     for row in rows[1:]:

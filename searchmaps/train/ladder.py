@@ -98,7 +98,7 @@ class Training:
         cfg, t = spec.model, spec.train
         self.lad, self.device, self.precision, self.bar = lad, device, t.precision, bar
         self.per_step, self.reuse_for_step = tokens_per_step(spec), reuse_for_step
-        self.model = LoopedLM(cfg).to(device)
+        self.model = LoopedLM(cfg).to(device).use_attention(t.attention)
         if t.compile:
             compile_layers(self.model)
         self.opt = make_optimizer(self.model, spec)

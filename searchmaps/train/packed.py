@@ -184,7 +184,7 @@ class PackedTraining(StepMachinery):
         models = []
         for s in specs:  # the generator stream of each seed's separate training, with its own config
             torch.manual_seed(s.seed)
-            models.append(LoopedLM(s.model))
+            models.append(LoopedLM(s.model).use_attention(s.train.attention))
         params, buffers = stack_module_state(models)
         self.params = {k: v.detach().to(device).requires_grad_() for k, v in params.items()}
         self.buffers = {k: v.to(device) for k, v in buffers.items()}

@@ -105,6 +105,7 @@ class StackedLM:
         cfg = self.cfgs[0]
         self.encoding, self.residual, self.n_heads, self.seq_len = cfg.encoding, cfg.residual, cfg.n_heads, cfg.seq_len
         self.n_layers = cfg.n_layers
+        self.kernel = template.layers[0].attn.kernel  # the template's attention kernel (LoopedLM.use_attention)
         self._embeds = type(self.encoding).embed is not Encoding.embed  # an encoding that adds to the embedding
         device = next(template.parameters()).device
         plans = [passes(c.reuse) for c in self.cfgs]
@@ -239,7 +240,7 @@ class StackedLM:
         q = q.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)  # (n·B, nh, T, hs)
         k = k.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
         v = v.reshape(n * B, T, self.n_heads, -1).transpose(1, 2)
-        y, own = attend(self.encoding, q, k, v, pos, kv, keys)
+        y, own = attend(self.encoding, q, k, v, pos, kv, keys, self.kernel)
         return _linear(y.transpose(1, 2).reshape(n, B, T, C), w["attn.proj.weight"]), own
 
     # ------------------------------------------------------------------ memory sharing
