@@ -4,8 +4,10 @@ imported only when a GPU may be asked for, so the report's CLI never loads it.""
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
+import sys
 
 from .config import ConfigError
 
@@ -63,9 +65,9 @@ def cpu_has_bf16() -> bool:
 
 def resolve_attention(choice: str, device: str, model, train, threads: int = 1) -> str:
     """``--attention``'s value as the kernel a training of ``model`` (a ModelConfig) under
-    ``train`` (a TrainConfig, its precision and compile resolved) runs:
-    :func:`searchmaps.attention.resolve` (``auto``: measured at this shape on this machine,
-    once; cached)."""
+    ``train`` (a TrainConfig, its precision resolved) runs: :func:`searchmaps.attention.resolve`
+    (``auto``: measured eager at this shape on this machine, once, in a second or two; cached;
+    ``benchmarks/train_throughput.py`` measures the kernels compiled too)."""
     if choice != "auto":
         if choice not in ("sdpa", "math", "chunked"):
             raise ConfigError(f"--attention must be auto, sdpa, math or chunked, got {choice!r}")
@@ -74,13 +76,38 @@ def resolve_attention(choice: str, device: str, model, train, threads: int = 1) 
 
     return attention.resolve(choice, device=device, precision=train.precision, batch=train.forward_batch,
                              heads=model.n_heads, seq_len=model.seq_len, head_dim=model.head_dim,
-                             threads=threads, compile=train.compile)
+                             threads=threads)
 
 
 def resolve_compile(choice: str, device: str) -> bool:
-    """``auto`` -> compile where inductor can build kernels: CUDA, or a C++ compiler."""
+    """``auto`` -> compile where inductor can build kernels: CUDA, or a C++ compiler. ``on``
+    on a CPU where the compiler cannot build a kernel (:func:`compiler_works`) falls back to
+    eager with one warning line, not a traceback."""
     if choice != "auto":
+        if choice == "on" and not device.startswith("cuda") and not compiler_works():
+            _warn_eager()
+            return False
         return choice == "on"
     if device.startswith("cuda"):
         return True
     return any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++") if c)
+
+
+@functools.cache
+def _warn_eager() -> None:
+    """The fallback's warning, once per process (the flags are read twice: before and after the data)."""
+    print("warning: --compile on: torch.compile cannot build a kernel on this machine (no working C++ "
+          "compiler?); training eager", file=sys.stderr)
+
+
+@functools.cache
+def compiler_works() -> bool:
+    """Whether inductor builds and runs a CPU kernel here: a two-op function compiled once
+    (inductor's cache makes later calls cheap)."""
+    import torch
+
+    try:
+        torch.compile(lambda x: (x * 2).sin(), dynamic=False)(torch.ones(4))
+        return True
+    except Exception:  # noqa: BLE001 - any failure of the compiler's stack means: train eager
+        return False

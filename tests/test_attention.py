@@ -174,3 +174,26 @@ def test_bf16_is_refused_on_a_cpu_without_bf16_matrices_and_auto_falls_back_to_f
             resolve_precision("bf16", "cpu")
         assert resolve_precision("auto", "cpu") == "fp32"
     assert resolve_precision("fp32", "cpu") == "fp32"
+
+
+def test_compile_on_without_a_working_compiler_trains_eager_after_one_warning_line(tmp_path):
+    """``--compile on`` where inductor cannot build a kernel (CXX names a compiler that fails, a
+    fresh inductor cache so nothing built before is reused): one warning line, exit 0, a record."""
+    import os
+    import subprocess
+    import sys
+
+    bad = tmp_path / "cxx"
+    bad.write_text("#!/bin/sh\nexit 1\n")
+    bad.chmod(0o755)
+    env = {**os.environ, "CXX": str(bad), "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    out = subprocess.run([sys.executable, "-m", "searchmaps.train", "--map", "1,1", "--layers", "2", "--d-model", "32",
+                          "--heads", "2", "--seq-len", "32", "--batch-size", "2", "--tokens", "256", "--eval-tokens",
+                          "64", "--compile", "on", "--precision", "fp32", "--attention", "sdpa", "--json", "--quiet"],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    warnings = [line for line in out.stderr.splitlines() if "--compile on" in line]
+    assert warnings == ["warning: --compile on: torch.compile cannot build a kernel on this machine (no working C++ "
+                        "compiler?); training eager"], out.stderr[-2000:]
+    assert "Traceback" not in out.stderr
+    assert json.loads(out.stdout.splitlines()[-1])["config.train.compile"] in (False, "False")
