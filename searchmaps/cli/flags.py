@@ -56,8 +56,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_preset_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, metavar="NAME",
-                   help=f"start from a named recipe ({', '.join(PRESETS)}: ILR's, ilr-micro at width 64 on "
-                        f"english-large; docs/training.md); every other flag overrides it")
+                   help=f"start from a named recipe, one of {', '.join(PRESETS)}: ILR's small and large, and ILR's "
+                        f"recipe at width 64 on english-large (docs/training.md); every other flag overrides it")
 
 
 def add_horizon_args(g, search: bool) -> None:
