@@ -306,7 +306,7 @@ def test_ilr_micro_with_d_model_or_tokens_is_overridden_and_the_plan_records_it(
                                              "--results-dir", str(tmp_path)])
     plan = build_plan(args)
     model, train = plan.space.model, plan.space.train
-    assert (model.d_model, model.n_heads, model.ffn_hidden, model.seq_len) == (128, 4, 256, 1024)  # SwiGLU: the preset's
+    assert (model.d_model, model.n_heads, model.ffn_hidden, model.seq_len) == (128, 4, 256, 1024)  # SwiGLU: preset
     assert train.tokens == 200_000 and train.eval_protocol == "stratified" and train.eval_tokens == 2_359_296
     protocol = plan.protocol()
     assert protocol["preset"] == "ilr-micro" and protocol["model"]["d_model"] == 128 and protocol["tokens"] == 200_000
