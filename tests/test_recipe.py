@@ -1,5 +1,5 @@
 """ILR's recipe: the options that name the project's own choices (--init, --decay-gains,
---micro-batch, --eval-protocol), the named presets (--preset ilr-small|ilr-large), and
+--micro-batch, --eval-protocol), the named presets (--preset ilr-small|ilr-large|ilr-micro), and
 that configurations from before the options existed keep their hash. Real trainings of
 tiny models; the preset's own training runs the command line."""
 
@@ -242,6 +242,95 @@ def test_the_presets_state_ilrs_horizon_and_ilr_large_is_ilrs_large_recipe():
     for name in PRESETS:  # every preset is a valid configuration
         p = get_preset(name)
         TrialSpec(model=ModelConfig(**p["model"]), train=TrainConfig(**p["train"]))
+
+
+# ---------------------------------------------------------------------------- --preset ilr-micro
+
+
+def test_ilr_micro_is_ilr_smalls_recipe_but_for_width_data_horizon_and_evaluation():
+    small, micro = get_preset("ilr-small"), get_preset("ilr-micro")
+    # width: d 64, 2 heads of 32, SwiGLU 256; everything else of the model as ILR's
+    assert {k: v for k, v in micro["model"].items() if k not in ("d_model", "n_heads", "ffn_hidden")} == \
+        {k: v for k, v in small["model"].items() if k not in ("d_model", "n_heads", "ffn_hidden")}
+    assert (micro["model"]["d_model"], micro["model"]["n_heads"], micro["model"]["ffn_hidden"]) == (64, 2, 256)
+    # the recipe item by item: optimiser, schedule, batch, sampling; the horizon and evaluation replaced
+    changed = ("tokens", "eval_protocol", "eval_tokens")
+    assert {k: v for k, v in micro["train"].items() if k not in changed} == \
+        {k: v for k, v in small["train"].items() if k not in changed}
+    assert {k: micro["train"][k] for k in PRESET_TRAIN if k != "eval_protocol"} == \
+        {k: v for k, v in PRESET_TRAIN.items() if k != "eval_protocol"}
+    assert micro["tokenizer"] == small["tokenizer"] == "bpe:1024"
+    assert (micro["data"], small["data"]) == ("english-large", None)
+    # the horizon: 85 tokens per parameter of the model it trains, in whole 65,536-token updates
+    params = LoopedLM(ModelConfig(**micro["model"], vocab_size=1024)).num_params()
+    per_update = micro["train"]["batch_size"] * micro["model"]["seq_len"]
+    assert params == 328_256 and per_update == 65_536
+    assert micro["train"]["tokens"] == math.ceil(85 * params / per_update) * per_update == 27_918_336
+    assert 85 <= micro["train"]["tokens"] / params < 85 + per_update / params
+    # the evaluation: stratified, at least 1 M tokens, a window in each of english-large's 2,278 held-out documents
+    assert micro["train"]["eval_protocol"] == "stratified" and micro["train"]["eval_tokens"] == 2_359_296
+    assert micro["train"]["eval_tokens"] >= 2 ** 20 and micro["train"]["eval_tokens"] // 1024 >= 2_278
+
+
+def test_ilr_micros_evaluation_scores_every_document_and_a_split_smaller_than_it_whole(corpus):
+    from searchmaps.data import stratified_val_batches
+    from searchmaps.data.documents import stratified_starts
+
+    eval_tokens = get_preset("ilr-micro")["train"]["eval_tokens"]
+    # english-large's held-out split: 4,814,001 tokens in 2,278 documents (here of random lengths)
+    docs = np.sort(np.random.default_rng(0).choice(np.arange(1, 4_814_001), 2_277, replace=False))
+    docs = np.concatenate([[0], docs])
+    starts = stratified_starts(4_814_001, docs, 1024, eval_tokens // 1024)
+    assert len(starts) == 2_304 and len(np.unique(np.searchsorted(docs, starts, side="right"))) == 2_278
+    # a held-out split below 2.4 M tokens (stdlib's) is scored end to end, every whole window once
+    batches = stratified_val_batches(corpus, 8, 1024, eval_tokens)
+    assert sum(len(x) for x, _ in batches) == (len(corpus.val) - 1) // 1024 < eval_tokens // 1024
+
+
+def test_ilr_micro_names_its_corpus_unless_data_is_given():
+    from searchmaps.cli.flags import data_of
+    from searchmaps.cli.train import build_parser as build_train_parser, spec_from_args
+
+    for parse in (build_train_parser().parse_args,
+                  lambda flags: build_search_parser().parse_args(["--budget-flops", "1e9", *flags])):
+        assert data_of(parse(["--preset", "ilr-micro"])) == "english-large"
+        assert data_of(parse(["--preset", "ilr-micro", "--data", "stdlib"])) == "stdlib"  # given: kept, default or not
+        assert data_of(parse(["--preset", "ilr-small"])) == data_of(parse([])) == "stdlib"  # none named: the default
+    args = build_train_parser().parse_args(["--preset", "ilr-micro", "--attention", "sdpa"])
+    assert spec_from_args(args).data == "english-large"
+
+
+def test_ilr_micro_with_d_model_or_tokens_is_overridden_and_the_plan_records_it(tmp_path):
+    args = build_search_parser().parse_args(["--space", "ilr4", "--budget-flops", "2e7", "--preset", "ilr-micro",
+                                             "--d-model", "128", "--heads", "4", "--tokens", "2e5", "--dry-run",
+                                             "--results-dir", str(tmp_path)])
+    plan = build_plan(args)
+    model, train = plan.space.model, plan.space.train
+    assert (model.d_model, model.n_heads, model.ffn_hidden, model.seq_len) == (128, 4, 256, 1024)  # SwiGLU: preset
+    assert train.tokens == 200_000 and train.eval_protocol == "stratified" and train.eval_tokens == 2_359_296
+    protocol = plan.protocol()
+    assert protocol["preset"] == "ilr-micro" and protocol["model"]["d_model"] == 128 and protocol["tokens"] == 200_000
+    spec = plan.spec(plan.candidates[0], 0)
+    assert spec.preset == "ilr-micro" and spec.to_dict()["model.d_model"] == 128
+
+
+def test_ilr_micro_with_flags_over_it_trains_and_the_row_records_them(tmp_path, capsys):
+    """A real training of the preset, shrunk by flags to seconds: the row holds the preset's
+    name, its values and the flags' over them."""
+    from searchmaps.train.__main__ import main
+
+    runs = tmp_path / "runs.csv"
+    assert main(["--preset", "ilr-micro", "--data", "stdlib", "--tokenizer", "bytes", "--d-model", "32",
+                 "--seq-len", "64", "--batch-size", "4", "--micro-batch", "2", "--tokens", "512", "--eval-tokens",
+                 "256", "--compile", "off", "--precision", "fp32", "--attention", "sdpa", "--quiet",
+                 "--runs", str(runs)]) == 0, capsys.readouterr().err
+    (row,) = read_runs(runs)
+    assert row.ok and row.config["preset"] == "ilr-micro" and row.config["data"] == "stdlib"
+    assert {k: row.config[f"model.{k}"] for k in ("d_model", "n_heads", "ffn_hidden", "seq_len", "init")} == \
+        {"d_model": 32, "n_heads": 2, "ffn_hidden": 256, "seq_len": 64, "init": "normal"}
+    assert {k: row.config[f"train.{k}"] for k in ("tokens", "eval_protocol", "eval_tokens", "lr", "sampling")} == \
+        {"tokens": 512, "eval_protocol": "stratified", "eval_tokens": 256, "lr": 3e-3, "sampling": "epoch"}
+    assert row.steps == 2 and row.tokens == 512
 
 
 BAD = [(["--preset", "ilr-tiny"], "--preset ilr-tiny does not exist"),

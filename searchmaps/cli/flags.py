@@ -56,8 +56,8 @@ def add_model_args(p: argparse.ArgumentParser) -> None:
 
 def add_preset_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default=None, metavar="NAME",
-                   help=f"start from a named recipe ({', '.join(PRESETS)}: ILR's; docs/training.md); every other "
-                        f"flag overrides it")
+                   help=f"start from a named recipe, one of {', '.join(PRESETS)}: ILR's small and large, and ILR's "
+                        f"recipe at width 64 on english-large (docs/training.md); every other flag overrides it")
 
 
 def add_horizon_args(g, search: bool) -> None:
@@ -123,8 +123,9 @@ def add_proxy_args(g, search: bool) -> None:
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data and hardware")
-    g.add_argument("--data", default="stdlib",
-                   help="stdlib (built-in, offline), english (Debian doc packages: bash dev.sh data english; english:N a slice), "
+    g.add_argument("--data", default=None,
+                   help="stdlib (built-in, offline; the default, or the corpus --preset names), english (Debian doc "
+                        "packages: bash dev.sh data english; english:N a slice), "
                         "english-large (76 manual packages: bash dev.sh data english-large), "
                         "a text file, a folder of .txt/.md, or a uint16 .bin")
     g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
@@ -241,6 +242,17 @@ def preset_of(args: argparse.Namespace) -> dict:
 def tokenizer_of(args: argparse.Namespace) -> str | None:
     """``--tokenizer``, else the preset's."""
     return args.tokenizer if args.tokenizer is not None else preset_of(args)["tokenizer"]
+
+
+DEFAULT_DATA = "stdlib"  # --data when neither the flag nor the preset names a corpus
+
+
+def data_of(args: argparse.Namespace) -> str:
+    """``--data`` when given (its default is None, so a given ``--data stdlib`` counts), else the
+    corpus the preset names (``--preset ilr-micro``: english-large), else :data:`DEFAULT_DATA`."""
+    if args.data is not None:
+        return args.data
+    return preset_of(args)["data"] or DEFAULT_DATA
 
 
 def with_preset(args: argparse.Namespace) -> tuple[dict, dict]:

@@ -33,7 +33,7 @@ from ..supernet.method import SupernetMethod
 from ..stats import DEFAULT_RULE, RULES
 from .common import Parser, command_words, fail, number, numbers
 from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
-                    add_supernet_args, check_exit_tolerance, ladder_from_args, parse_map, supernet_method,
+                    add_supernet_args, check_exit_tolerance, data_of, ladder_from_args, parse_map, supernet_method,
                     tokenizer_of, with_preset)
 from .search import EXIT_INTERRUPTED, headline, run_search
 
@@ -159,7 +159,7 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
     if args.dry_run:
         return dataclasses.replace(plan, study=study)
-    return with_corpus(plan, args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args), study=study)
+    return with_corpus(plan, data_of(args), vocab_size=args.vocab_size, tokenizer=tokenizer_of(args), study=study)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from ..schedule import make_ladder
 from ..train import train_ladder, train_packed
 from .common import Parser, fail, number
 from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
-                    check_exit_tolerance, ladder_from_args, tokenizer_of, with_preset)
+                    check_exit_tolerance, data_of, ladder_from_args, tokenizer_of, with_preset)
 
 
 def build_parser() -> Parser:
@@ -59,7 +59,7 @@ def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | 
     if measure or args.attention != "auto":
         train_cfg = dataclasses.replace(train_cfg, attention=resolve_attention(args.attention, device, model, train_cfg,
                                                                                args.threads))
-    return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or args.data,
+    return TrialSpec(model=model, train=train_cfg, seed=args.seed, data=data or data_of(args),
                      threads=args.threads, device=device, preset=args.preset or "")
 
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         spec = spec_from_args(args)  # flags first: a bad flag should not wait for data
-        corpus = load_corpus(args.data, vocab_size=args.vocab_size, tokenizer=tokenizer_of(args))
+        corpus = load_corpus(data_of(args), vocab_size=args.vocab_size, tokenizer=tokenizer_of(args))
         spec = spec_from_args(args, vocab_size=corpus.vocab_size, data=corpus.name, measure=True)
         ladder = ladder_from_args(args)
         make_ladder(spec, ladder)  # a bad ladder is a flag error, before any training
