@@ -96,6 +96,17 @@ def test_the_manifest_lists_exactly_the_study_folders_git_tracks():
     assert not set(names) - tracked, f"in results/studies.txt but not committed: {sorted(set(names) - tracked)}"
 
 
+def test_the_folders_the_scripts_name_by_hand_are_committed_studies():
+    """quote_findings.py's pages quote, supernet_reports.py's folders and their truths, and
+    study_reports.py's folders are all in results/studies.txt."""
+    names = set(results_script("committed_studies.py").names())
+    quoted = {f for folders in results_script("quote_findings.py").PAGES.values() for f in folders}
+    truth = results_script("supernet_reports.py").TRUTH
+    assert quoted <= names and set(truth) <= names, sorted((quoted | set(truth)) - names)
+    assert {against.removeprefix("results/") for against, _ in truth.values()} <= names
+    assert set(results_script("study_reports.py").studies()) <= names
+
+
 def test_a_study_folder_the_manifest_does_not_list_changes_nothing_the_generators_make():
     """With a user's demo study, ladder and supernet in results/ (copies of committed folders:
     every file the generators read, under names that are not in the manifest), every folder
@@ -128,3 +139,64 @@ def test_the_newcomers_path_the_staleness_checks_pass_with_a_users_study_in_resu
             block = page.split(f"<!-- methods-{name}:begin -->", 1)[1].split(f"<!-- methods-{name}:end -->", 1)[0]
             assert out.stdout.strip() == block.strip(), name
     assert not list(RESULTS.glob(f"*{MARK}{os.getpid()}-*"))
+
+
+# ---------------------------------------------------------------------------- rebuilt files against committed ones
+
+
+def test_a_rebuilt_csv_equals_the_committed_one_within_the_fits_drift_and_not_beyond():
+    """same_csv (what study_reports.py and supernet_reports.py put committed bytes back by): a
+    fit's numbers moved as far as another machine's BLAS moves them (1e-5 relative; a floor E
+    on its bound 0 by percents of its 1e-13) are the same scaling.csv; a prediction moved by
+    1e-3 (what a page prints), a changed text, a row or a column more are not; a file of no fit
+    (equal_flops.csv) is the same only to float rounding."""
+    import io
+
+    import numpy as np
+    import pandas as pd
+
+    same = results_script("committed_studies.py").same_csv
+    ladder = RESULTS / "ilr-table1-rope-ladder"
+    old = (ladder / "scaling.csv").read_bytes()
+    table = pd.read_csv(io.BytesIO(old))
+    numbers = table.select_dtypes("float").columns.drop("E")
+
+    def as_csv(t: pd.DataFrame) -> bytes:
+        return t.to_csv(index=False).encode()
+
+    def scaled(t: pd.DataFrame, columns, by: float) -> pd.DataFrame:
+        out = t.copy()
+        out[columns] = t[columns] * (1 + by * np.cos(np.arange(len(t))))[:, None]
+        return out
+
+    drift = scaled(table, numbers, 1e-5).assign(E=table["E"] * 1.03)  # E: on the bound 0, about 1e-13
+    assert as_csv(drift) != old and same("scaling.csv", old, as_csv(drift))
+    assert same("scaling.csv", old, old) and same("scaling.csv", old, as_csv(table))  # empty cells (NaN) too
+    moved = table.copy()
+    moved.loc[3, "prediction"] += 1e-3
+    assert not same("scaling.csv", old, as_csv(moved))
+    bound = table.assign(at_bound=table["at_bound"].fillna("").replace("E=0", "alpha=3"))
+    assert not same("scaling.csv", old, as_csv(bound))
+    assert not same("scaling.csv", old, as_csv(table.iloc[:-1]))
+    assert not same("scaling.csv", old, as_csv(table.assign(extra=1.0)))
+    # no fit behind it: float rounding only
+    flops = pd.read_csv(ladder / "equal_flops.csv")
+    gaps = ["mean", "gap_low", "gap_high"]
+    old = (ladder / "equal_flops.csv").read_bytes()
+    assert same("equal_flops.csv", old, as_csv(scaled(flops, gaps, 1e-13)))
+    assert not same("equal_flops.csv", old, as_csv(scaled(flops, gaps, 1e-5)))
+
+
+@pytest.mark.e2e
+def test_a_committed_ladder_studys_report_rebuilds_as_committed_up_to_the_fits_drift(tmp_path):
+    """results/study_reports.py on a copy of the smallest committed ladder (5 maps): report.md
+    comes out byte-identical and every CSV file, scaling.csv and gap_trend.csv with their
+    iterative fits among them, gets its committed bytes back (none differs beyond the drift),
+    whatever this machine's BLAS makes of the fits."""
+    name = "ilr-table1-rope-ladder-shallow-lr3e-3"
+    study = tmp_path / name
+    shutil.copytree(RESULTS / name, study, ignore=shutil.ignore_patterns("report.html", "optuna.db*"))
+    assert results_script("study_reports.py").rebuild(study) == []
+    for path in sorted((RESULTS / name).iterdir()):
+        if path.name != "report.html":
+            assert (study / path.name).read_bytes() == path.read_bytes(), path.name
