@@ -1,6 +1,8 @@
 """The README's findings across the committed studies, generated from their files (issue 33:
 findings that cannot drift from the rows); :mod:`quote_findings` puts them in the README's
-"What the committed studies found" block, so its staleness test covers them.
+"What the committed studies found" block, so its staleness test covers them. "Every" below
+means every committed study folder (``results/studies.txt``, read by :mod:`committed_studies`):
+a study of your own in ``results/`` is not one of them.
 
 - :func:`equal_tokens`: from every ``summary.csv``, in how many studies a map is
   significantly better than the baseline at the reading each search trained (``p_vs_reference``).
@@ -18,18 +20,23 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import committed_studies  # noqa: E402  (its sibling: the committed folders, results/studies.txt)
+
 RESULTS = Path(__file__).resolve().parent
 ALPHA = 0.05
 
 
 def _folders(file: str) -> list[Path]:
-    return sorted(p.parent for p in RESULTS.glob(f"*/{file}"))
+    """The committed study folders holding ``file``: a user's own study in results/ is none of them."""
+    return committed_studies.folders(file)
 
 
 def _names(names: list[str]) -> str:

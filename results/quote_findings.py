@@ -15,8 +15,9 @@ The README's "What the committed studies found" gets the same kind of block (bet
 ``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, the lead of its first
 folder's report.md (the answer at equal tokens and at equal training FLOPs) and its agreement
 with ILR's table; then the findings across studies that :mod:`findings_across` computes from
-the committed CSV files (every summary.csv, equal_flops.csv and supernet_validation.csv, and the
-inference study's runs.csv).
+the committed CSV files (every summary.csv, equal_flops.csv and supernet_validation.csv of the
+folders ``results/studies.txt`` lists, and the inference study's runs.csv). A folder that file
+does not list, a study of your own in ``results/``, is quoted nowhere.
 
     python results/quote_findings.py           # rewrite the blocks
     python results/quote_findings.py --check   # exit 1, naming the page, when a block is stale
@@ -29,6 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import committed_studies  # noqa: E402  (its sibling: the committed folders, results/studies.txt)
 import findings_across as across  # noqa: E402  (its sibling: the findings across studies)
 
 RESULTS = Path(__file__).resolve().parent
@@ -45,7 +47,7 @@ PAGES = {
     # supernet folders (report.md by results/supernet_reports.py): the supernet's best map and its trust sentence
     "supernet-validation": ["ilr-table1-supernet-uniform", "ilr-table1-supernet-sandwich", "ilr4-supernet-uniform",
                             "ilr4-supernet-sandwich", "ilr-table1-supernet-uniform-lr1e-3"],
-    "supernet-methods": sorted(p.name for p in RESULTS.glob("*-supernet-*") if (p / "supernet.csv").is_file()),
+    "supernet-methods": [p.name for p in committed_studies.folders("supernet.csv") if "-supernet-" in p.name],
 }
 # the result's subsections quoted (after the lead): the whole of each of these...
 WHOLE = ("Top group",)

@@ -9,9 +9,11 @@ command's own rewrite of ``supernet.json`` (the command records today's full con
 which has gained keys since these folders were trained). ``supernet.csv``, ``supernet.json`` and
 ``supernet_validation.csv`` come out byte-identical (``git status`` shows only report.md): the
 validation is recomputed from the rows, and where it equals the committed file's row to within
-float rounding (two ``ilr4`` landmark folders' fitted ``landmark_a``/``landmark_b`` differ in the
-last digit or two, which no page prints) the committed bytes are put back; a validation that
-differs by more is left written and named on stderr (then the folder's truth has changed).
+float rounding (:func:`committed_studies.same_csv`; two ``ilr4`` landmark folders' fitted
+``landmark_a``/``landmark_b`` differ in the last digit or two, which no page prints) the
+committed bytes are put back; a validation that differs by more is left written and named on
+stderr (then the folder's truth has changed). ``study_reports.py`` does the same for the search
+studies.
 
 :data:`TRUTH` names each folder's truth, the one its committed ``supernet_validation.csv`` was made
 against (results/supernet-validation/README.md and results/supernet-methods/README.md give the
@@ -26,13 +28,14 @@ against it too, in its table only).
 
 from __future__ import annotations
 
-import io
 import json
 import sys
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import committed_studies  # noqa: E402  (its sibling: how a rebuilt CSV file is compared with the committed one)
 
 RESULTS = Path(__file__).resolve().parent
 T1, FAIRLR, ILR4 = "results/ilr-table1-rope-tokens", "results/ilr-table1-rope-fairlr", "results/ilr4-standalone-20"
@@ -74,25 +77,11 @@ def rebuild(folder: str) -> Path:
     committed = path.read_bytes() if path.is_file() else None
     page = section.write_page(study, scores, truth, against, DEFAULT_RULE, 0.05, budget, extra=info)
     if committed is not None and path.read_bytes() != committed:
-        if same_row(pd.read_csv(io.BytesIO(committed)), pd.read_csv(path)):
+        if committed_studies.same_csv(path.name, committed, path.read_bytes()):
             path.write_bytes(committed)
         else:
             print(f"{path}: the validation against {against} differs from the committed one", file=sys.stderr)
     return page
-
-
-def same_row(old: pd.DataFrame, new: pd.DataFrame) -> bool:
-    """The two validations agree: the same columns, texts and counts, numbers to float rounding."""
-    if list(old.columns) != list(new.columns) or len(old) != len(new):
-        return False
-    for column in old.columns:
-        a, b = old[column], new[column]
-        if pd.api.types.is_float_dtype(a) and pd.api.types.is_float_dtype(b):
-            if not np.allclose(a, b, rtol=1e-9, atol=1e-12, equal_nan=True):
-                return False
-        elif not a.equals(b):
-            return False
-    return True
 
 
 def main(argv: list[str]) -> int:

@@ -340,3 +340,25 @@ def holm_top_group(df: pd.DataFrame, metric: str = "val_ppl", alpha: float = 0.0
     require_family_wise(correction)
     mat = to_matrix(df, metric)
     return top_group_of_pairs(mat, all_pairs(mat, method, correction, 0.95, random_state), alpha)
+
+
+# =========================================================================== the committed studies
+
+
+def results_script(path):
+    """A script under ``results/`` (``results/quote_findings.py``, a page's ``findings.py``)
+    loaded as a module, without running its ``main``."""
+    import importlib.util
+
+    path = ROOT / "results" / path
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def committed_folders(file: str | None = None) -> list[Path]:
+    """The committed study folders (``results/studies.txt``, by ``results/committed_studies.py``,
+    the generators' own reader), those holding ``file`` when given: what the tests of the
+    committed pages read, never every folder under results/ (a user's own study is there too)."""
+    return results_script("committed_studies.py").folders(file)

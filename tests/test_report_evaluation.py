@@ -158,7 +158,7 @@ def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
     committed report.md files: a report rebuilt without its pages refreshed fails here."""
     import importlib.util
 
-    from helpers import ROOT
+    from helpers import ROOT, committed_folders
 
     spec = importlib.util.spec_from_file_location("quote_findings", ROOT / "results" / "quote_findings.py")
     quote = importlib.util.module_from_spec(spec)
@@ -173,8 +173,7 @@ def test_every_study_page_and_the_readme_quote_their_report_md_as_it_is():
             assert any(s.startswith("Evaluation") for s in said)  # each page states its evaluation
             if not (ROOT / "results" / folder / "runs.csv").is_file():  # a supernet folder: how far to trust it
                 assert any(s.startswith("Against stand-alone training of the same") for s in said)
-    supernets = {p.parent.name for p in (ROOT / "results").glob("*/supernet_validation.csv")
-                 if not (p.parent / "runs.csv").is_file()}
+    supernets = {f.name for f in committed_folders("supernet_validation.csv") if not (f / "runs.csv").is_file()}
     assert supernets and supernets <= {f for folders in quote.PAGES.values() for f in folders}
 
 
@@ -186,9 +185,9 @@ def test_every_committed_supernet_folder_has_a_report_md_whose_trust_sentence_is
     import json
     import re
 
-    from helpers import ROOT
+    from helpers import committed_folders
 
-    folders = sorted(p.parent for p in (ROOT / "results").glob("*/supernet.csv") if not (p.parent / "runs.csv").is_file())
+    folders = [f for f in committed_folders("supernet.csv") if not (f / "runs.csv").is_file()]
     assert len(folders) >= 20
     for folder in folders:
         with open(folder / "supernet_validation.csv", newline="") as f:

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import ROOT, ladder_results, make_ladder_study
+from helpers import ROOT, committed_folders, ladder_results, make_ladder_study
 
 from searchmaps.report import write_report
 from searchmaps.report.lead import flops_lead
@@ -140,13 +140,13 @@ def test_the_readme_findings_across_studies_are_generated_and_drop_what_the_rows
     maps = [m for m in dict.fromkeys(runs["map"]) if m != "1,1,1,1"]
     assert [re.match(r"\| `([^`]+)` \|", line).group(1) for line in block.splitlines()
             if re.match(r"\| `", line)] == maps
-    n_ladders = len(list((ROOT / "results").glob("*/equal_flops.csv")))
+    n_ladders = len(committed_folders("equal_flops.csv"))
     assert f"of the {n_ladders} committed ladder studies" in block
 
 
 def test_every_committed_report_md_has_a_short_lead_whose_numbers_are_explained_below():
     quote = _quote()
-    folders = sorted((ROOT / "results").glob("*/report.md"))
+    folders = [f / "report.md" for f in committed_folders("report.md")]
     assert len(folders) >= 18
     for path in folders:
         md = path.read_text(encoding="utf-8")

@@ -11,10 +11,15 @@ stand-alone trainings, every seed of each).
 With a truth folder (the third argument) every folder's scores are validated against it
 here, as `--validate-against` would (so folders validated earlier against another study
 compare on the same maps), except the landmark folders, whose corrected validation is
-their own supernet_validation.csv (made against that truth).
+their own supernet_validation.csv (made against that truth). The folders are the committed
+ones (``results/studies.txt``, read by ``results/committed_studies.py``): a supernet study of
+your own in results/ is not in the table.
 """
-import glob, json, sys
+import json, sys
+from pathlib import Path
 import pandas as pd
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from committed_studies import folders  # noqa: E402  (results/studies.txt: the committed folders)
 root = sys.argv[1]
 space = sys.argv[2] if len(sys.argv) > 2 else "ilr-table1"
 truth_dir = sys.argv[3] if len(sys.argv) > 3 else f"{root}/ilr-table1-rope-tokens"
@@ -26,9 +31,11 @@ if len(sys.argv) > 3:
     from searchmaps.results import records_frame, statistics_rows
     rows_truth = statistics_rows(records_frame(load_runs(truth_dir)))
 rows = []
-for d in sorted(glob.glob(f"{root}/{space}-supernet-*/supernet.csv")):
-    folder = d.rsplit("/", 1)[0]
-    name = folder.split("/")[-1].replace(f"{space}-supernet-", "")
+for path in sorted(folders("supernet.csv", Path(root)), key=lambda p: f"{p}/supernet.csv"):  # the table's order
+    if not path.name.startswith(f"{space}-supernet-"):
+        continue
+    folder = f"{root}/{path.name}"
+    name = path.name.replace(f"{space}-supernet-", "")
     sc = pd.read_csv(f"{folder}/supernet.csv")
     if len(sys.argv) > 3 and "landmarks" not in name:
         sc["candidate"] = section.labels(sc)

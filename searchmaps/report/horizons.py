@@ -356,7 +356,10 @@ def shared_floor_sentences(scaling: pd.DataFrame, trend: pd.DataFrame, target: f
         return []
     e = float(scaling["shared_E"].dropna().iloc[0])
     bound = str(scaling["shared_at_bound"].fillna("").iloc[0])
-    head = (f"Second opinion, one floor E shared by every map (per-map A and α; scaling.csv, shared_*): E = {e:.3g} "
+    # on the bound 0 the fitted E is the optimiser's leftover (1e-18 to 1e-12 nats), whose digits
+    # move by percents from one machine's BLAS to another's: the page says the bound, not them
+    shown = "0" if bound == "E=0" else f"{e:.3g}"
+    head = (f"Second opinion, one floor E shared by every map (per-map A and α; scaling.csv, shared_*): E = {shown} "
             f"nats")
     if bound:
         return [head + f", on its bound ({bound}): the shared fit is as unbounded as the separate ones and supports no "
