@@ -1,16 +1,40 @@
 """Shared fixtures: tiny configs (d 32) so every test runs in seconds on 2 cores."""
 
+import getpass
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
 from searchmaps.data import load_corpus
+
+
+# ---------------------------------------------------------------------------- kernels
+
+KERNEL_SETTINGS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA")
+
+
+def inductor_cache_of_the_kernels() -> None:
+    """Give torch.compile an on-disk cache of its own under kernel settings other than the
+    CPU's (``ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=SSE41``), unless one is set:
+    inductor's cache keys leave the setting out, so code it wrote for the CPU's AVX2 was read
+    back under ``default`` and failed to build (``'at::vec' has not been declared``: the
+    compiled trainings failed, torch 2.13.0+cpu), and plain code written under ``default``
+    would be read back by a run with the CPU's kernels. Set here, before anything compiles;
+    the subprocesses of the tests inherit it."""
+    setting = [f"{k}={os.environ[k]}" for k in KERNEL_SETTINGS if os.environ.get(k)]
+    if setting and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        name = "_".join(["torchinductor", getpass.getuser(), *setting]).replace("=", "-")
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(Path(tempfile.gettempdir()) / name)
+
+
+inductor_cache_of_the_kernels()
 
 
 # ---------------------------------------------------------------------------- tiers
