@@ -584,7 +584,7 @@ ADDED_SINCE = {"packed": 1, "config.preset": "", "config.model.init": "scaled", 
                **dict.fromkeys(("exit_eps", "exit_depth", "exit_val_loss", "exit_flops_per_token", "exit_s"), math.nan),
                "exit_grid": "", "config.train.exit_eps": [], "config.train.exit_tolerance": 0.005,
                "eval_tokens_scored": 512,  # tiny_spec asks 512 held-out tokens; stdlib holds them
-               "config.train.sampling": "windows"}
+               "config.train.sampling": "windows", "config.train.attention": "sdpa"}
 # the worker_* cases fail before a training starts: nothing was scored, no split measured
 UNTRAINED = {"eval_tokens_scored": 0, "train_split_tokens": 0, "epochs": math.nan}
 
