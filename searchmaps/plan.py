@@ -459,3 +459,25 @@ def resolve_storage(storage: str, study_dir) -> str:
     if storage.startswith(prefix) and not storage[len(prefix):].startswith("/"):
         return prefix + str((Path(study_dir) / storage[len(prefix):]).resolve())
     return storage
+
+
+def protocol_differences(old: dict, new: dict) -> list[str]:
+    """The settings in which a study's stored protocol ``old`` and a resumed run's ``new`` differ,
+    named as flags set them: ``preset`` first (the others may follow from it), then sorted a
+    top-level key (``seeds``, ``tokens``) or a model or training field (``model.d_model``,
+    ``train.attention``; one the protocol also holds at the top, as ``tokens``, named there once).
+    In ``model`` and ``train`` a field one side lacks differs (a protocol leaves out an option at
+    its default), as does ``preset``; another top-level key one side lacks is a setting added since
+    the study was made, which it ran without, and is not compared."""
+    out = []
+    for key in (new.keys() & old.keys()) - {"preset"}:
+        a, b = old[key], new[key]
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += [f"{key}.{k}" for k in a.keys() | b.keys()
+                    if k not in new and a.get(k, _ABSENT) != b.get(k, _ABSENT)]
+        elif a != b:
+            out.append(key)
+    return (["preset"] if old.get("preset", "") != new.get("preset", "") else []) + sorted(out)
+
+
+_ABSENT = object()

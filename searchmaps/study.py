@@ -29,7 +29,7 @@ from .audit import folder_storage
 from .config import NO_SHARING, Candidate, ConfigError, ReuseMap, parse_kv_share
 from .ledger import CandidateState, Ledger, StorageError, describe_db_error, serialise_sqlite
 from .objectives import DEFAULT, OBJECTIVES
-from .plan import SearchPlan
+from .plan import SearchPlan, protocol_differences
 from .samplers import SAMPLERS
 from .scheduler import Finished, RungDone, Tuned
 
@@ -149,30 +149,6 @@ def make_sampler(plan: SearchPlan) -> optuna.samplers.BaseSampler:
 
 
 # --------------------------------------------------------------------------- the study
-
-
-def protocol_differences(old: dict, new: dict) -> list[str]:
-    """The settings in which a study's stored protocol ``old`` and a resumed run's ``new``
-    differ, each named as a flag's setting is: ``preset`` first (the others may follow from
-    it), then sorted a top-level key (``seeds``, ``tokens``, ``data``) or a field of the model
-    or the training (``model.d_model``, ``train.eval_protocol``, ``train.attention``,
-    ``train.precision``; a field the protocol also holds at the top, as ``tokens``, is named
-    there once). Inside ``model`` and ``train`` a field one side lacks differs (a protocol
-    leaves out an option at its default), as does ``preset`` (held only when there is one: a
-    study from before presets ran none); any other top-level key one side lacks is a setting
-    added since the study was made, which it ran without, and is not compared."""
-    out = []
-    for key in (new.keys() & old.keys()) - {"preset"}:
-        a, b = old[key], new[key]
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += [f"{key}.{k}" for k in a.keys() | b.keys()
-                    if k not in new and a.get(k, _ABSENT) != b.get(k, _ABSENT)]
-        elif a != b:
-            out.append(key)
-    return (["preset"] if old.get("preset", "") != new.get("preset", "") else []) + sorted(out)
-
-
-_ABSENT = object()
 
 
 class SearchStudy:

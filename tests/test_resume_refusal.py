@@ -11,7 +11,8 @@ import pytest
 from searchmaps.cli.run import build_parser, build_plan
 from searchmaps.ledger import Ledger, check_storage
 from searchmaps.run import main
-from searchmaps.study import SearchStudy, protocol_differences
+from searchmaps.plan import protocol_differences
+from searchmaps.study import SearchStudy
 
 # ilr-micro's recipe on the built-in corpus in bytes (no BPE to train), one map, one seed
 FIRST = ["--space", "ilr4", "--budget-flops", "1e9", "--preset", "ilr-micro", "--data", "stdlib", "--tokenizer",
