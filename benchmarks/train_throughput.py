@@ -93,8 +93,8 @@ def worktree(rev: str):
     """A detached worktree of ``rev`` in a temporary folder, removed on the way out (errors too)."""
     tmp = Path(tempfile.mkdtemp(prefix="train-throughput-"))
     tree = tmp / "tree"
-    git("worktree", "add", "--detach", str(tree), rev)
     try:
+        git("worktree", "add", "--detach", str(tree), rev)
         yield tree
     finally:
         subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(tree)], capture_output=True)
@@ -148,6 +148,9 @@ def main() -> None:
     if args.quick:
         args.tokens, args.models, args.maps, args.threads = 1, "d64", "1,1,1,1", "1"
         args.ablate, args.pack_sizes = "d64", "2"
+    if args.baseline and subprocess.run(["git", "-C", str(HERE), "rev-parse", "--verify", "--quiet",
+                                         args.baseline + "^{commit}"], capture_output=True).returncode:
+        raise SystemExit(f"--baseline {args.baseline}: not a commit of this repository")
     models, maps = args.models.split(","), args.maps.split(";")
     threads = [int(t) for t in args.threads.split(",")]
     ablate = [m for m in args.ablate.split(",") if m]
@@ -177,8 +180,9 @@ def run(args, models, maps, threads, ablate, repeats, scratch: Path) -> dict:
     peaks, emulated = {}, {}  # (d, threads, precision) -> GFLOP/s; "d/threads" -> emulated bf16 GFLOP/s
     print(f"\nmatmul peaks at the models' FFN shapes (GFLOP/s, best of {repeats}):")
     print(f"{'product':<24} {'threads':>7} {'fp32':>8} {'bf16':>20}")
+    measured = sorted(set(threads) | ({1} if ablate else set()))  # the ablations train on 1 thread
     for d, ffn in ((128, 512), (64, 256)):
-        for t in threads:
+        for t in measured:
             peaks[d, t, "fp32"] = matmul_gflops(d, ffn, torch.float32, t, repeats)
             b = matmul_gflops(d, ffn, torch.bfloat16, t, repeats if bf16 else 2)
             if bf16:
@@ -200,7 +204,7 @@ def run(args, models, maps, threads, ablate, repeats, scratch: Path) -> dict:
     for m in dict.fromkeys(models + ablate):
         name, fields, batch = MODELS[m]
         cfg = ModelConfig(**fields)
-        for t in threads:
+        for t in measured:
             cache = scratch / f"attention-{m}-{t}.json"  # one shape a file: measured afresh, read back below
             t0 = time.perf_counter()
             kernels[m, t] = attention.resolve("auto", device="cpu", precision=precision, batch=batch, heads=cfg.n_heads,
@@ -234,8 +238,8 @@ def run(args, models, maps, threads, ablate, repeats, scratch: Path) -> dict:
             abl.append(row(m, maps[0], 1, f"{s} seeds packed", seeds=s, compile=compile_on and args.pack_compile))
 
     # ------------------------------------------------------------------ the trainings
-    print(f"\ntraining {len(rows)} rows{' (and the baseline' + chr(39) + 's first)' if args.baseline else ''} and "
-          f"{len(abl)} ablations (progress on stderr) ...", flush=True)
+    first = f", {args.baseline}'s first" if args.baseline else ""
+    print(f"\ntraining {len(rows)} rows{first}, and {len(abl)} ablations (progress on stderr) ...", flush=True)
     base_rows = []
     if args.baseline:  # just before this commit's rows: the machine as alike as it gets
         with worktree(args.baseline) as tree:
@@ -277,7 +281,7 @@ def run(args, models, maps, threads, ablate, repeats, scratch: Path) -> dict:
                  f"{r['compile_s']:>9.1f}")
         b = by_key.get((r["name"], r["map"], r["threads"]))
         if b is not None:
-            line += f" {b['error'][:20]:>16}" if "error" in b else \
+            line += f"  baseline error: {b['error'][:80]}" if "error" in b else \
                 f" {b['tokens_per_s']:>9,.0f} {r['tokens_per_s'] / b['tokens_per_s']:>5.2f}x"
         print(line)
 
@@ -305,7 +309,8 @@ def run(args, models, maps, threads, ablate, repeats, scratch: Path) -> dict:
             if m in pairs:
                 two = pairs[m]
                 if any("error" in r for r in two):
-                    print(f"{default['name']:<22} {'2 processes x 1 thread':<30} error")
+                    print(f"{default['name']:<22} {'2 processes x 1 thread':<30} error: "
+                          + next(r["error"] for r in two if "error" in r))
                     continue
                 agg = sum(r["tokens"] for r in two) / (max(r["end"] for r in two) - min(r["start"] for r in two))
                 one = next((r for r in rows if r["key"] == m and r["map"] == maps[0] and r["threads"] == 2
