@@ -99,7 +99,6 @@ def worktree(rev: str):
     finally:
         subprocess.run(["git", "-C", str(HERE), "worktree", "remove", "--force", str(tree)], capture_output=True)
         shutil.rmtree(tmp, ignore_errors=True)
-        subprocess.run(["git", "-C", str(HERE), "worktree", "prune"], capture_output=True)
 
 
 def start(rows: list[dict], root: Path, scratch: Path, barrier: tuple[Path, int] | None = None) -> subprocess.Popen:
