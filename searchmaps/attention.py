@@ -108,8 +108,11 @@ def resolve(choice: str, *, device: str, precision: str, batch: int, heads: int,
     path = cache or _cache_file()
     table = _read(path)
     if key not in table:
-        times = measure(precision=precision, batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim,
-                        threads=threads, compile=compile)
+        try:
+            times = measure(precision=precision, batch=batch, heads=heads, seq_len=seq_len, head_dim=head_dim,
+                            threads=threads, compile=compile)
+        except (RuntimeError, MemoryError):  # the shape does not fit (torch's CPU allocator raises RuntimeError):
+            return "sdpa"  # the default kernel, nothing cached; the training meets the same limit and records it
         best = min(times, key=times.get)
         # sdpa, what every training ran before the choice, stays unless another kernel is clearly
         # faster: timing noise must not flip a machine's choice from one measurement to the next
@@ -126,9 +129,9 @@ def measure(*, precision: str, batch: int, heads: int, seq_len: int, head_dim: i
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     if compile:  # three kernels, each compiled: past dynamo's default limit a kernel would run eager unannounced
-        import torch._dynamo
+        from torch import _dynamo
 
-        torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+        _dynamo.config.recompile_limit = max(_dynamo.config.recompile_limit, 64)
     try:
         gen = torch.Generator().manual_seed(0)
         q, k, v = (torch.randn(batch, heads, seq_len, head_dim, generator=gen).requires_grad_() for _ in range(3))

@@ -197,3 +197,12 @@ def test_compile_on_without_a_working_compiler_trains_eager_after_one_warning_li
                         "compiler?); training eager"], out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     assert json.loads(out.stdout.splitlines()[-1])["config.train.compile"] in (False, "False")
+
+
+def test_auto_at_a_shape_that_does_not_fit_in_memory_keeps_sdpa_and_caches_nothing(tmp_path):
+    """A shape whose q, k and v cannot be allocated: auto keeps sdpa and writes no table, so the
+    training itself meets the limit and records it as failed (test_train's out-of-memory test)."""
+    cache = tmp_path / "attention.json"
+    kernel = attention.resolve("auto", device="cpu", precision="fp32", batch=1 << 20, heads=1 << 10, seq_len=1 << 10,
+                               head_dim=1 << 10, cache=cache)
+    assert kernel == "sdpa" and not cache.exists()
