@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-KERNELS = ("sdpa", "math", "chunked")
+KERNELS = ("sdpa", "math", "chunked")  # config.ATTENTION_KERNELS names them for the flags (no torch there)
 CHOICES = ("auto", *KERNELS)
 BLOCK = 256  # queries per block of the chunked kernel
 MARGIN = 1.25  # auto leaves sdpa only for a kernel at least this many times faster

@@ -9,7 +9,7 @@ import os
 import shutil
 import sys
 
-from .config import ConfigError
+from .config import ATTENTION_KERNELS, ConfigError
 
 
 def resolve_device(device: str) -> str:
@@ -69,8 +69,8 @@ def resolve_attention(choice: str, device: str, model, train, threads: int = 1) 
     (``auto``: measured eager at this shape on this machine, once, in a second or two; cached;
     ``benchmarks/train_throughput.py`` measures the kernels compiled too)."""
     if choice != "auto":
-        if choice not in ("sdpa", "math", "chunked"):
-            raise ConfigError(f"--attention must be auto, sdpa, math or chunked, got {choice!r}")
+        if choice not in ATTENTION_KERNELS:
+            raise ConfigError(f"--attention must be auto, {', '.join(ATTENTION_KERNELS)}, got {choice!r}")
         return choice
     from . import attention
 

@@ -206,3 +206,9 @@ def test_auto_at_a_shape_that_does_not_fit_in_memory_keeps_sdpa_and_caches_nothi
     kernel = attention.resolve("auto", device="cpu", precision="fp32", batch=1 << 20, heads=1 << 10, seq_len=1 << 10,
                                head_dim=1 << 10, cache=cache)
     assert kernel == "sdpa" and not cache.exists()
+
+
+def test_the_flags_and_the_config_name_the_kernels_the_module_runs():
+    from searchmaps.config import ATTENTION_KERNELS
+
+    assert ATTENTION_KERNELS == attention.KERNELS

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..config import (COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
+from ..config import (ATTENTION_KERNELS, COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
                       SCHEDULES, TRAIN_SAMPLINGS, ConfigError, ModelConfig, ReuseMap)
 from ..presets import PRESETS, get_preset
 from ..supernet.method import SAMPLINGS, SPLIT_BUDGETS, SPLITS, SupernetMethod
@@ -114,7 +114,7 @@ def add_proxy_args(g, search: bool) -> None:
                    help="auto: bf16 autocast where the hardware supports it, else fp32")
     g.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                    help="torch.compile the decoder layers; auto: on where a C++ compiler (CPU) or CUDA is present")
-    g.add_argument("--attention", choices=("auto", "sdpa", "math", "chunked"), default="auto",
+    g.add_argument("--attention", choices=("auto", *ATTENTION_KERNELS), default="auto",
                    help="the attention kernel (same numbers up to float rounding, another speed): sdpa (torch's fused "
                         "kernel), math (the products written out: bf16 matrix units), chunked (math over blocks of "
                         "queries, skipping the masked half); auto: the fastest at the training's shape, measured on "
