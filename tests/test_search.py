@@ -766,11 +766,12 @@ def small_disk(tmp_path):
 def fill_up(folder: Path) -> Path:
     """Write zeros into ``folder`` until its disk is full; returns the file."""
     filler = folder / "filler"
-    with open(filler, "wb") as f:
+    # Unbuffered: a buffered file keeps the bytes the full disk refused and raises ENOSPC
+    # again when the with-block closes it (seen in CI as an error on the `with` line).
+    with open(filler, "wb", buffering=0) as f:
         try:
             while True:
                 f.write(b"\0" * 65536)
-                f.flush()
         except OSError:
             pass
     return filler
