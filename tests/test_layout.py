@@ -16,7 +16,7 @@ ORDER = ["attention", "encodings", "maps", "config", "flops", "presets", "device
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
          "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
          "stats.topgroup.noise", "stats.topgroup", "stats.racing", "stats.analysis", "stats.bootstrap", "stats.ranks",
-         "stats.scaling", "stats.gaps", "stats.proxy", "stats.compute", "stats.evalnoise", "stats",
+         "stats.scaling", "stats.gaps", "stats.proxy", "stats.fidelity", "stats.compute", "stats.evalnoise", "stats",
          "train", "train.step", "train.exit", "train.records", "train.ladder", "train.stacked", "train.packed_step", "train.packed", "supernet.method",
          "supernet.distill",
          "supernet.finetune", "supernet", "supernet.fair", "supernet.split", "supernet.landmarks", "units", "scheduler", "storage", "ledger",

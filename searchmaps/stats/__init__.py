@@ -33,6 +33,7 @@ from .paired import (FAMILY_WISE, METHODS, adjust_pvalues, all_pairs, best_candi
                      comparison_table, compare, friedman, min_pvalue, order_by_mean, oriented, paired_test,
                      pairwise_pvalues, planned_comparisons, pvalue_matrix, reference_candidate, require_family_wise,
                      resolution, signflip_pvalues, summarize, to_matrix, top_group_of_pairs, wilcoxon_pvalues)
+from .fidelity import proxy_fidelity
 from .proxy import full_study_ceiling, proxy_agreement, seed_splits, split_half_agreement
 from .racing import race_step
 from .ranks import PUBLISHED_SD, agreement_shift, agreement_with, rank_by_rung, rank_stability
@@ -50,7 +51,7 @@ __all__ = [
     "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
     "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "min_detectable_effect", "min_pvalue",
     "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "pairwise_analysis",
-    "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "pvalue_matrix",
+    "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "proxy_fidelity", "pvalue_matrix",
     "race_step", "rank_by_rung", "rank_stability", "reference_candidate", "require_family_wise", "resolution",
     "rule_detail", "seed_splits", "seeds_needed", "shared_floor", "shared_seeds", "signflip_pvalues", "simultaneous_pvalues",
     "fit_slope", "split_half_agreement", "summarize", "tau_rho", "tau_rho_small", "to_matrix", "top_group",
