@@ -85,3 +85,42 @@ def test_a_last_rung_with_one_map_is_refused():
     rows = rows[(rows["rung"] < 3) | (rows["candidate"] == "a")]
     with pytest.raises(ValueError, match="last rung has 1 candidate"):
         proxy_fidelity(rows, n_boot=10)
+
+
+# ---------------------------------------------------------------- results/proxy_fidelity.py on real rows
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+def run_script(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "results" / "proxy_fidelity.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT)
+
+
+def test_the_script_writes_the_table_of_a_committed_ladder(tmp_path):
+    import shutil
+
+    study = tmp_path / "ladder"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-ladder", study)
+    out = run_script(study, "--n-boot", "20")
+    assert out.returncode == 0, out.stderr[-2000:]
+    table = pd.read_csv(study / "proxy_fidelity.csv")
+    rungs = table[table["kind"] == "rung"]
+    assert list(rungs["rung"]) == [0, 1, 2, 3]  # the 5-rung ladder's earlier rungs, each against rung 4
+    assert np.allclose(rungs["cost_share"], [1 / 16, 1 / 8, 1 / 4, 1 / 2], rtol=0.02)  # a 16x ladder, doubling
+    assert (table["n_candidates"] == 11).all() and "applied depth alone" in set(table["proxy"])
+    assert table.loc[table["proxy"] == "racing at rung 4", "cost_share"].iloc[0] <= 1.0
+
+
+def test_the_script_refuses_a_folder_without_a_ladder_in_one_line(tmp_path):
+    out = run_script(tmp_path / "nowhere")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "has no runs.csv" in out.stderr
+    import shutil
+
+    one = tmp_path / "one"
+    shutil.copytree(ROOT / "results" / "ilr-table1-rope-tokens", one)
+    out = run_script(one, "--n-boot", "20")
+    assert out.returncode == 2 and "fewer than two rungs" in out.stderr and "Traceback" not in out.stderr
