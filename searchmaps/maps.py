@@ -7,6 +7,7 @@ raises :class:`ConfigError` with a one-line message naming the flag to change.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class ConfigError(ValueError):
@@ -32,6 +33,29 @@ def folder_name_problem(name) -> str | None:
 
 
 # --------------------------------------------------------------------------- reuse map
+
+
+class Pass(NamedTuple):
+    """One applied layer call of a reuse map, as :meth:`ReuseMap.passes` lists them in the
+    order a forward pass makes them: ``layer`` (whose weights run), ``run`` (the stack's run:
+    0..block-1 under block recurrence, 0 for an ILR map) and ``repeat`` (the layer's repeat
+    within the run: 0..r-1)."""
+
+    layer: int
+    run: int
+    repeat: int
+
+    @property
+    def reinject(self) -> bool:
+        """Whether the input embedding is added back before this pass (block recurrence: the
+        first pass of every run after the first)."""
+        return self.run > 0 and self.layer == 0 and self.repeat == 0
+
+    @property
+    def first(self) -> bool:
+        """Whether this is its layer's first pass of the map (under ``--kv-share first:W`` the
+        pass whose keys and values the layer's later passes read)."""
+        return self.run == 0 and self.repeat == 0
 
 
 @dataclass(frozen=True)
@@ -100,6 +124,13 @@ class ReuseMap:
     @property
     def is_block(self) -> bool:
         return self.block > 1
+
+    def passes(self) -> tuple[Pass, ...]:
+        """Every applied layer call in order: the one statement of what running this map
+        means, which the model's forward and decode, the stacked trainer and the tests walk
+        (``4,2,1,1``: layer 0 four times, then layer 1 twice, then layers 2 and 3;
+        ``block:2``: layers 0..L-1, the input embedding added back, layers 0..L-1 again)."""
+        return tuple(Pass(i, k, j) for k in range(self.block) for i, r in enumerate(self.repeats) for j in range(r))
 
     def __str__(self) -> str:
         if self.is_block:

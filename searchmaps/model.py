@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from . import attention
 from .config import ModelConfig
+from .maps import Pass
 
 # --------------------------------------------------------------------------- layers
 
@@ -203,12 +204,10 @@ class LoopedLM(nn.Module):
         e, pos = self.embed(idx)
         run = self.pass_runner(reuse, idx.shape[1], idx.device)
         x = e
-        for k in range(reuse.block):
-            if k > 0:
+        for p in reuse.passes():
+            if p.reinject:
                 x = x + e  # block recurrence re-injects the input embedding
-            for i, (layer, r) in enumerate(zip(self.layers, reuse.repeats)):
-                for _ in range(r):
-                    x = run(i, x, pos)
+            x = run(p.layer, x, pos)
         return self.head(x, targets)
 
     def pass_runner(self, reuse, T: int, device=None):
@@ -247,38 +246,36 @@ class LoopedLM(nn.Module):
         B, T = idx.shape
         e, pos = self.embed(idx)
         W = cfg.kv_window if cfg.kv_window is not None and reuse.applied_layers > reuse.n_layers else T
-        cache: dict = {}  # (stack run, layer, pass) -> (positions, K, V)
+        cache: dict = {}  # Pass (layer, stack run, repeat) -> (positions, K, V)
         out = []
         for t in range(T):
             row = self.encoding.row(pos, t)
             x = e[:, t:t + 1]
-            for k in range(reuse.block):
-                if k > 0:
+            for step in reuse.passes():
+                if step.reinject:
                     x = x + e[:, t:t + 1]
-                for i, (layer, r) in enumerate(zip(self.layers, reuse.repeats)):
-                    for p in range(r):
-                        later = k > 0 or p > 0
-                        P, K, V = cache.get((k, i, p), (idx.new_zeros(0), None, None))
-                        # what a pass reads of its own: a later pass its window (its ring of W but the slot
-                        own = (P > t - W) | (not later)  # the current token overwrites), a first pass all of it
-                        kv_pos = [P[own]]
-                        kv = [K[:, :, own], V[:, :, own]] if K is not None else None
-                        if later and t - W >= 0:  # the first pass's keys W or more back
-                            _, K1, V1 = cache[(0, i, 0)]
-                            old = idx.new_tensor(range(t - W + 1))
-                            K1, V1 = K1[:, :, : t - W + 1], V1[:, :, : t - W + 1]
-                            kv = [K1, V1] if kv is None else [torch.cat((kv[0], K1), 2), torch.cat((kv[1], V1), 2)]
-                            kv_pos.append(old)
-                        key_pos = torch.cat([idx.new_tensor([t])] + kv_pos)
-                        keys = (idx.new_tensor([t]), key_pos, torch.ones(1, len(key_pos), dtype=torch.bool,
-                                                                          device=idx.device))
-                        x, (k1, v1) = layer(x, row, kv=kv, keys=keys, keep=True)
-                        K = k1 if K is None else torch.cat((K, k1), 2)
-                        V = v1 if V is None else torch.cat((V, v1), 2)
-                        P = torch.cat((P, idx.new_tensor([t])))
-                        if later:  # a later pass keeps only its last W positions
-                            P, K, V = P[-W:], K[:, :, -W:], V[:, :, -W:]
-                        cache[(k, i, p)] = (P, K, V)
+                layer, later = self.layers[step.layer], not step.first
+                P, K, V = cache.get(step, (idx.new_zeros(0), None, None))
+                # what a pass reads of its own: a later pass its window (its ring of W but the slot
+                own = (P > t - W) | (not later)  # the current token overwrites), a first pass all of it
+                kv_pos = [P[own]]
+                kv = [K[:, :, own], V[:, :, own]] if K is not None else None
+                if later and t - W >= 0:  # the first pass's keys W or more back
+                    _, K1, V1 = cache[Pass(step.layer, 0, 0)]  # the layer's first pass
+                    old = idx.new_tensor(range(t - W + 1))
+                    K1, V1 = K1[:, :, : t - W + 1], V1[:, :, : t - W + 1]
+                    kv = [K1, V1] if kv is None else [torch.cat((kv[0], K1), 2), torch.cat((kv[1], V1), 2)]
+                    kv_pos.append(old)
+                key_pos = torch.cat([idx.new_tensor([t])] + kv_pos)
+                keys = (idx.new_tensor([t]), key_pos, torch.ones(1, len(key_pos), dtype=torch.bool,
+                                                                  device=idx.device))
+                x, (k1, v1) = layer(x, row, kv=kv, keys=keys, keep=True)
+                K = k1 if K is None else torch.cat((K, k1), 2)
+                V = v1 if V is None else torch.cat((V, v1), 2)
+                P = torch.cat((P, idx.new_tensor([t])))
+                if later:  # a later pass keeps only its last W positions
+                    P, K, V = P[-W:], K[:, :, -W:], V[:, :, -W:]
+                cache[step] = (P, K, V)
             out.append(self.head(x)[0])
         return torch.cat(out, dim=1), list(cache.values())
 

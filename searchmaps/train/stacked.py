@@ -43,10 +43,9 @@ LAYER_WEIGHTS = ("norm1.weight", "norm2.weight", "attn.qkv.weight", "attn.proj.w
 
 
 def passes(reuse: ReuseMap) -> list[tuple[int, bool]]:
-    """The passes of ``reuse`` in order: (layer index, whether the input embedding is added
-    back before it), as :meth:`LoopedLM.forward` walks them."""
-    return [(i, k > 0 and i == 0 and j == 0)
-            for k in range(reuse.block) for i, r in enumerate(reuse.repeats) for j in range(r)]
+    """The passes of ``reuse`` in order (:meth:`ReuseMap.passes`, as :meth:`LoopedLM.forward`
+    walks them): (layer index, whether the input embedding is added back before it)."""
+    return [(p.layer, p.reinject) for p in reuse.passes()]
 
 
 def shape_of(cfg: ModelConfig) -> ModelConfig:
