@@ -182,7 +182,7 @@ class SearchPlan:
         set_("ladder", tuple(float(h) for h in (self.ladder or self.space.ladder)))
         if len(self.ladder) == 1:
             set_("ladder", ())
-        maps = feasible_maps(self.space, self.budget_flops)
+        maps = self.feasible_maps
         key = "tokens" if self.space.train.tokens is not None else "train_flops"
         where = f"{self.space.source}: [train].{key}" if self.ladder == self.space.ladder else None
         for m in {max(maps, key=lambda m: m.applied_layers), min(maps, key=lambda m: m.applied_layers)}:
@@ -217,6 +217,17 @@ class SearchPlan:
     def n_feasible(self) -> int:
         """Maps of the space within the budget (per PE)."""
         return count_feasible(self.space, self.budget_flops)
+
+    @cached_property
+    def feasible_maps(self) -> tuple[ReuseMap, ...]:
+        """Every map of the space within ``--budget-flops``, in the space's order: the one place
+        the pair (space, budget) becomes maps (per PE and memory-sharing setting)."""
+        return tuple(feasible_maps(self.space, self.budget_flops))
+
+    @property
+    def cheapest_map(self) -> ReuseMap:
+        """The feasible map of the fewest applied layers (the first of them in the space's order)."""
+        return min(self.feasible_maps, key=lambda m: m.applied_layers)
 
     @cached_property
     def candidates(self) -> tuple[Candidate, ...] | None:

@@ -19,7 +19,7 @@ import numpy as np
 
 from .config import Candidate
 from .objectives import COUNTS
-from .spaces import feasible_maps, sample_feasible
+from .spaces import sample_feasible
 
 AUTO = "auto"  # --sampler auto: grid when at most GRID_AUTO_LIMIT candidates fit the budget, else random
 GRID_AUTO_LIMIT = 32  # auto: every feasible candidate up to this many, a uniform sample beyond
@@ -49,7 +49,7 @@ class Sampler:
 def grid_candidates(plan) -> tuple[Candidate, ...]:
     """Every feasible map (or the plan's ``maps``) under every PE and memory-sharing setting,
     cut at ``--trials``."""
-    maps = list(plan.maps) or feasible_maps(plan.space, plan.budget_flops)
+    maps = list(plan.maps) or list(plan.feasible_maps)
     cands = [Candidate(m, pe, kv) for pe in plan.pes for kv in plan.kv_shares for m in maps]
     return tuple(cands[: plan.trials] if plan.trials else cands)
 

@@ -28,7 +28,7 @@ from ..objectives import DEFAULT as DEFAULT_OBJECTIVES
 from ..objectives import OBJECTIVES
 from ..plan import SearchPlan, check_study_name, default_study_name, with_corpus
 from ..samplers import AUTO, SAMPLER_CHOICES
-from ..spaces import builtin_spaces, feasible_maps, load_space
+from ..spaces import builtin_spaces, load_space
 from ..supernet.method import SupernetMethod
 from ..stats import DEFAULT_RULE, RULES
 from .common import Parser, command_words, fail, number, numbers
@@ -204,7 +204,7 @@ def print_candidates(plan: SearchPlan, out=None) -> None:
     print(f"{'map':<20} {'pe':<8}{kv_head} {'applied':>7} {'FLOPs/token':>13} {'KV bytes/token':>15}", file=out)
     for pe in plan.pes:
         for kv in plan.kv_shares:
-            for m in plan.maps or feasible_maps(plan.space, plan.budget_flops):
+            for m in plan.maps or plan.feasible_maps:
                 cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe, kv_share=kv)
                 print(f"{str(m):<20} {pe:<8}{f' {str(kv):<10}' if shared else ''} {m.applied_layers:>7} "
                       f"{flops.flops_per_token(cfg):>13,} {flops.kv_bytes_per_token(cfg):>15,}", file=out)

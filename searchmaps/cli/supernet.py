@@ -148,11 +148,9 @@ def check_methods(plan, method: SupernetMethod) -> None:
     method.check_residual(plan.space.model.residual)
     if method.finetune_tokens:
         from ..config import Candidate
-        from ..spaces import feasible_maps
         from ..supernet.finetune import finetune_steps
 
-        cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
-        finetune_steps(plan.spec(Candidate(cheap, plan.pes[0]), 0), method.finetune_tokens)
+        finetune_steps(plan.spec(Candidate(plan.cheapest_map, plan.pes[0]), 0), method.finetune_tokens)
 
 
 def check_landmarks(k: int, args, plan, truth) -> None:
@@ -160,9 +158,7 @@ def check_landmarks(k: int, args, plan, truth) -> None:
     of the maps it shares with the space to validate on (before anything trains)."""
     if not k:
         return
-    from ..spaces import feasible_maps
-
-    maps = feasible_maps(plan.space, plan.budget_flops)
+    maps = plan.feasible_maps
     if k > len(maps):
         raise ConfigError(f"--landmarks {k} is larger than the space ({len(maps)} feasible maps)")
     if truth is None or args.validate:

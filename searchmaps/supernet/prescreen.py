@@ -12,7 +12,6 @@ from collections.abc import Callable
 
 from ..config import Candidate, ConfigError, ReuseMap, TrialSpec
 from ..plan import SearchPlan
-from ..spaces import feasible_maps
 from . import ensure_scores
 from .method import SupernetMethod
 
@@ -20,8 +19,7 @@ from .method import SupernetMethod
 def supernet_specs(plan: SearchPlan, seeds: int, lr: float | None = None, first: int = 0) -> list[TrialSpec]:
     """One training spec per supernet seed (``first``, ``first + 1``, ...): the plan's
     protocol (at ``lr``; None: the plan's rate), validated on its cheapest map."""
-    cheap = min(feasible_maps(plan.space, plan.budget_flops), key=lambda m: m.applied_layers)
-    return [plan.spec(Candidate(cheap, plan.pes[0], plan.kv_shares[0]), seed, lr) for seed in range(first, first + seeds)]
+    return [plan.spec(Candidate(plan.cheapest_map, plan.pes[0], plan.kv_shares[0]), seed, lr) for seed in range(first, first + seeds)]
 
 
 def supernet_scores(plan: SearchPlan, seeds: int, method: SupernetMethod = SupernetMethod(), progress: bool = True,
