@@ -183,3 +183,37 @@ def test_every_flag_of_every_command_says_what_it_does():
         bare = [a.option_strings[0] for a in parser._actions
                 if a.option_strings and not a.help and not isinstance(a, argparse._HelpAction)]
         assert not bare, f"{parser.prog}: {bare}"
+
+
+# a flag two commands declare in their own modules, and why its default differs there
+OWN_DECLARATIONS = {"--seeds": "searchmaps.run's per candidate (the space's) against searchmaps.train's (1)",
+                    "--quiet": "no progress bar, in both"}
+
+
+def test_a_flag_two_commands_share_is_declared_once():
+    """A flag two commands take is declared once, in cli/flags.py (one type, one meaning),
+    except the few listed above; the analysis flags searchmaps.run and searchmaps.report
+    share parse alike (the report's --alpha and --target-tokens took any float before,
+    run's a checked number)."""
+    import re
+
+    seen: dict[str, list[str]] = {}
+    for name in ("run", "report", "train", "supernet", "data"):
+        text = (PACKAGE / "cli" / f"{name}.py").read_text()
+        for flag in set(re.findall(r'add_argument\(\s*"(--[a-z0-9-]+)"', text)):
+            seen.setdefault(flag, []).append(name)
+    twice = {f: m for f, m in seen.items() if len(m) > 1 and f not in OWN_DECLARATIONS}
+    assert not twice, f"declare these in cli/flags.py: {twice}"
+
+    from searchmaps.cli import report, run
+    from searchmaps.cli.common import Parser
+
+    def actions(parser):
+        return {a.option_strings[0]: a for a in parser._actions if a.option_strings}
+
+    p = Parser(prog="searchmaps.report")
+    report.add_analysis_args(p, report=True)
+    ours, theirs = actions(p), actions(run.build_parser())
+    for flag in ("--alpha", "--top-group", "--planned", "--target-tokens", "--storage"):
+        assert (ours[flag].type, ours[flag].choices, ours[flag].nargs) == \
+               (theirs[flag].type, theirs[flag].choices, theirs[flag].nargs), flag

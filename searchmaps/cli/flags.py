@@ -16,6 +16,37 @@ from .common import count, counts, number, numbers, texts, thresholds
 
 # --------------------------------------------------------------------------- flag groups
 
+
+def add_analysis_args(p, report: bool, storage_group=None) -> None:
+    """The analysis flags ``searchmaps.run`` and ``searchmaps.report`` share, one type and one
+    meaning each. Only where a flag's default comes from differs: a search records its own
+    (``--top-group``), a report of a study reads the study's (study.json) unless given."""
+    from ..stats import DEFAULT_RULE, RULES
+
+    p.add_argument("--alpha", type=number, default=0.05,
+                   help="significance level of the paired tests and the top group" + ("" if report else ", and of racing")
+                        + " (default 0.05)")
+    p.add_argument("--top-group", default=None if report else DEFAULT_RULE, choices=RULES,
+                   help="the rule that picks the top group" + (" (default: the study's, else " if report else
+                        ", for racing, promotion and the report (default ") + f"{DEFAULT_RULE}; "
+                        + "; ".join(f"{name}: {rule.help}" for name, rule in RULES.items())
+                        + "; calibrated when maps differ in seed noise: experiments/calibration/README.md)")
+    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
+                   help="pre-registered comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "
+                        + ("(default: those given to searchmaps.run --planned, kept in study.json)" if report else
+                           "(checked before anything trains, kept in study.json for the report)"))
+    p.add_argument("--target-tokens", type=number, default=None, metavar="N",
+                   help="with a ladder: the horizon each map's fitted loss curve is extrapolated to (tokens; "
+                        "training FLOPs for a FLOP-matched ladder; default: "
+                        + ("study.json's target, else " if report else "") + "the space's published horizon, "
+                        "else 10x the longest)")
+    (storage_group or p).add_argument(
+        "--storage", default=None, metavar="URL",
+        help="the study's Optuna storage URL " + (
+            "(default: study.json's; the report attaches its figure there; give it where study.json holds the URL "
+            "without its password)" if report else
+            "(default sqlite:///results/<study>/optuna.db; a database URL lets several machines share the study)"))
+
 SAMPLING_HELP = ("the training batches: windows (default): random --seq-len windows drawn with replacement; epoch "
                  "(ILR's, --preset ilr-small's): the training split cut into rows of --seq-len + 1 tokens, one "
                  "shuffled pass over them per epoch, a fresh order each pass (docs/training.md)")

@@ -13,8 +13,9 @@ from pathlib import Path
 from .. import faults
 from ..audit import audit_study
 from ..report import ReportError, write_report
-from ..stats import DEFAULT_RULE, FAMILY_WISE, METHODS, RULES
+from ..stats import FAMILY_WISE, METHODS
 from .common import Parser, fail
+from .flags import add_analysis_args
 
 
 def _study_info(study_dir) -> dict | None:
@@ -28,30 +29,17 @@ def _study_info(study_dir) -> dict | None:
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="searchmaps.report", description="Write summary.csv and report.html for a study folder.")
     p.add_argument("study_dir", help="results/<study>, as written by searchmaps.run")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default 0.05)")
+    add_analysis_args(p, report=True)
     p.add_argument("--test", choices=METHODS, default="ttest",
                    help="paired test (default ttest; the other of ttest/signflip is shown beside it). The exact "
                         "signflip and wilcoxon tests cannot reject anything with few seeds: the report says when")
     p.add_argument("--correction", default="holm", metavar="{" + ",".join(FAMILY_WISE) + "}",
                    help="over all candidate pairs, and over the planned comparisons (default holm). fdr_bh is "
                         "refused: the top group needs family-wise control")
-    p.add_argument("--top-group", default=None, choices=RULES,
-                   help=f"the rule that picks the top group (default: the study's, else {DEFAULT_RULE}; "
-                        + "; ".join(f"{name}: {rule.help}" for name, rule in RULES.items()) + ")")
     p.add_argument("--target-effect", default=None, metavar="E",
                    help="print how many seeds the top-group rule needs to rule out a map E worse than the best "
                         "(E in nats of validation loss, the scale of the tests, or 1%% of the best mean loss)")
     p.add_argument("--reference", default=None, help="baseline MAP or MAP|PE (default: the all-ones map)")
-    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
-                   help="pre-specified comparisons, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1, corrected over these only "
-                        "(default: those given to searchmaps.run --planned)")
-    p.add_argument("--storage", default=None, metavar="URL",
-                   help="the Optuna storage to attach the figure to (default: study.json's; needed where study.json "
-                        "holds the URL without its password)")
-    p.add_argument("--target-tokens", type=float, default=None, metavar="N",
-                   help="a ladder study's horizon to extrapolate the fitted curves to (tokens, or training FLOPs "
-                        "for a FLOP-matched ladder; default: study.json's target, else the published numbers' "
-                        "horizon, else 10x the longest)")
     p.add_argument("--published-sd", type=float, default=None, metavar="SD",
                    help="seed sd assumed in a published single-seed ranking, in its unit (perplexity), added to τ's "
                         "interval against it (default: study.json's published.sd, else 0.25: ILR's 0.2-0.3)")

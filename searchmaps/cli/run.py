@@ -30,9 +30,8 @@ from ..plan import SearchPlan, check_study_name, default_study_name, with_corpus
 from ..samplers import AUTO, SAMPLER_CHOICES
 from ..spaces import builtin_spaces, load_space
 from ..supernet.method import SupernetMethod
-from ..stats import DEFAULT_RULE, RULES
 from .common import Parser, command_words, fail, number, numbers
-from .flags import (add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
+from .flags import (add_analysis_args, add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
                     add_supernet_args, check_exit_tolerance, data_of, ladder_from_args, parse_map, supernet_method,
                     tokenizer_of, with_preset)
 from .search import EXIT_INTERRUPTED, headline, run_search
@@ -63,16 +62,8 @@ def build_parser() -> Parser:
                    help="fit each candidate's learning rate on this grid, on --tuning-seeds seeds that are never "
                         "part of the reported comparison (then the evaluation seeds run at the chosen rate)")
     p.add_argument("--tuning-seeds", type=int, default=2, help="seeds per rate when fitting it (default 2)")
-    p.add_argument("--top-group", default=DEFAULT_RULE, choices=RULES,
-                   help=f"the rule that picks the top group, for racing, promotion and the report (default "
-                        f"{DEFAULT_RULE}: {RULES[DEFAULT_RULE].help}; calibrated when maps differ in seed noise, "
-                        f"experiments/calibration/README.md)")
     p.add_argument("--race-start-seeds", type=int, default=3, help="seeds every candidate gets before racing (default 3)")
-    p.add_argument("--alpha", type=number, default=0.05, help="significance level of racing and the report (default 0.05)")
     add_horizon_args(p.add_argument_group("protocol"), search=True)
-    p.add_argument("--target-tokens", type=number, default=None, metavar="N",
-                   help="with a ladder: the horizon the report extrapolates each map's fitted loss curve to (tokens; "
-                        "training FLOPs for --train-flops; default: the space's published horizon, else 10x the last)")
     p.add_argument("--promote", action="store_true",
                    help="statistical successive halving along the ladder: after each horizon only the candidates "
                         "in its top group go on (their runs continue from a saved state)")
@@ -81,10 +72,9 @@ def build_parser() -> Parser:
     add_model_args(p)
     add_runtime_args(p)
     o = p.add_argument_group("study, storage and Ray")
+    add_analysis_args(p, report=False, storage_group=o)
     o.add_argument("--study", default=None, help="study name (default: derived from space, PEs, budget, protocol)")
     o.add_argument("--results-dir", default="results", help="where results/<study>/ goes (default results)")
-    o.add_argument("--storage", default=None,
-                   help="Optuna storage URL shared by several machines (default sqlite:///results/<study>/optuna.db)")
     o.add_argument("--executor", choices=EXECUTORS, default="auto",
                    help="what trains: ray (Ray Tune, on this machine or the cluster of --ray-address), local (--workers "
                         "processes on this machine, no Ray needed; with --device cuda they share the GPU), auto: "
@@ -103,9 +93,6 @@ def build_parser() -> Parser:
                    help="train up to N candidates (with --pack-seeds, each with its packed seeds) together as one "
                         "training: one stacked model whose maps differ, rows as separate trainings write them; "
                         "candidates that differ in --pe or --kv-share never share one (default off)")
-    p.add_argument("--planned", nargs="+", default=None, metavar="A/B",
-                   help="pre-register comparisons for the report, e.g. 4,2,1,1/2,2,2,2 all/1,1,1,1 "
-                        "(checked before anything trains, stored in study.json; corrected over these only)")
     p.add_argument("--maps", nargs="+", default=None, metavar="MAP",
                    help="train exactly these maps of the space (e.g. 4,2,1,1 2,2,2,2 block:2) instead of sampling")
     w = p.add_argument_group("weight-sharing supernet (searchmaps.supernet)")
