@@ -70,7 +70,7 @@ def equal_tokens() -> str:
 
 def equal_flops() -> str:
     """One sentence over every committed ladder's equal_flops.csv."""
-    lowest, clear, ladders = [], [], []
+    lowest, clear, ladders, beyond = [], [], [], []
     for folder in _folders("equal_flops.csv"):
         t = pd.read_csv(folder / "equal_flops.csv")
         if t.empty:
@@ -79,6 +79,12 @@ def equal_flops() -> str:
         full = counts[counts == counts.max()].index.max()
         at = t[t["budget_flops"] == full]
         ladders.append(folder.name)
+        peak = t[t["budget_flops"] == t["budget_flops"].max()]
+        if peak["budget_flops"].iloc[0] != full:  # the study's top budget, where a map is missing
+            group = peak[peak["top_group"]]["candidate"]
+            top = f"{peak['budget_flops'].iloc[0]:.3g}".replace("e+", "e")
+            beyond.append(f"`{folder.name}` at its top budget, {top} FLOPs, {len(group)} of {len(peak)} maps in the "
+                          f"top group")
         ref = at[(at["gap"] == 0) & (at["gap_low"] == 0) & (at["gap_high"] == 0)]["candidate"]
         if len(ref) != 1:
             continue
@@ -91,7 +97,9 @@ def equal_flops() -> str:
     return (f"**At equal training FLOPs** (each ladder read between its rungs, `equal_flops.csv`, at the largest "
             f"budget every map reaches): the baseline has the lowest mean loss in {len(lowest)} of the "
             f"{len(ladders)} committed ladder studies, and its paired 95 % interval (uncorrected) excludes 0 against "
-            f"every other map in {len(clear)} of them ({_names(clear)}).")
+            f"every other map in {len(clear)} of them ({_names(clear)})"
+            + (f"; where a study read more maps below its top budget than at it: " + "; ".join(beyond) if beyond else "")
+            + ".")
 
 
 def _ci(x) -> tuple[float, float, float]:
