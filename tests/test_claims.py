@@ -122,3 +122,44 @@ def test_the_attribution_findings_count_negative_taus_from_agreement_csv():
         for page in ("README.md", "findings.md"):
             text = (ROOT / "results" / "ilr-table1-attribution" / page).read_text(encoding="utf-8")
             assert "negative in every arm\n" not in text and "τ stays negative in every arm" not in text
+
+
+@pytest.mark.parametrize("folder", committed_folders("summary.csv"), ids=lambda f: f.name)
+def test_the_ranking_lead_counts_the_top_group_from_summary_csv(folder):
+    if not (folder / "runs.csv").is_file():
+        pytest.skip("a supernet folder: its lead is the trust sentence")
+    s = pd.read_csv(folder / "summary.csv")
+    s = s[s["n_seeds"] > 0]
+    lead, _ = _report(folder)
+    first = lead[0]
+    top, n = int(s["in_top_group"].sum()), len(s)
+    if "alone in the top group" in first:
+        assert top == 1, folder.name
+    m = re.search(r"the top group holds (\d+) of the (\d+) ranked maps", first)
+    if m:
+        assert (int(m.group(1)), int(m.group(2))) == (top, n), folder.name
+    if "are in the top group, so these seeds cannot name a best map" in first:
+        assert top == n, folder.name
+
+
+def test_the_readme_kv_share_p_values_are_holm_over_every_map_whose_cache_changes():
+    runs = pd.read_csv(ROOT / "results" / "ilr-table1-inference" / "runs.csv", low_memory=False)
+    runs = runs[runs["status"] == "ok"].assign(kv=lambda x: x["kv_share"].fillna("none"))
+    loss = runs.pivot_table(index="seed", columns=["map", "kv"], values="val_loss")
+    p = {}
+    for m in dict.fromkeys(runs["map"]):
+        diff = loss[(m, "first:64")] - loss[(m, "none")]
+        if (diff != 0).any():
+            p[m] = st.ttest_1samp(diff, 0).pvalue
+    order = sorted(p, key=p.get)
+    holm, run = {}, 0.0
+    for k, m in enumerate(order):
+        run = max(run, min(1.0, (len(p) - k) * p[m]))
+        holm[m] = run
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    said = next(line for line in readme.splitlines() if line.startswith("Paired by seed, `first:64`"))
+    assert f"Holm-corrected over the {len(p)}" in said
+    for m, q in re.findall(r"`([^`]+)` [-+][\d.]+ % \(p ([\d.]+)\)", said):
+        assert float(q) == pytest.approx(holm[m], abs=0.0015 if holm[m] < 0.1 else 0.015), m
+    page = (ROOT / "results" / "ilr-table1-inference" / "README.md").read_text(encoding="utf-8")
+    assert "all intervals below zero" not in page or max(holm.values()) <= 0.05
