@@ -70,7 +70,7 @@ def equal_tokens() -> str:
 
 def equal_flops() -> str:
     """One sentence over every committed ladder's equal_flops.csv."""
-    lowest, clear, ladders = [], [], []
+    lowest, clear, ladders, beyond = [], [], [], []
     for folder in _folders("equal_flops.csv"):
         t = pd.read_csv(folder / "equal_flops.csv")
         if t.empty:
@@ -79,6 +79,12 @@ def equal_flops() -> str:
         full = counts[counts == counts.max()].index.max()
         at = t[t["budget_flops"] == full]
         ladders.append(folder.name)
+        peak = t[t["budget_flops"] == t["budget_flops"].max()]
+        if peak["budget_flops"].iloc[0] != full:  # the study's top budget, where a map is missing
+            group = peak[peak["top_group"]]["candidate"]
+            top = f"{peak['budget_flops'].iloc[0]:.3g}".replace("e+", "e")
+            beyond.append(f"`{folder.name}` at its top budget, {top} FLOPs, {len(group)} of {len(peak)} maps in the "
+                          f"top group")
         ref = at[(at["gap"] == 0) & (at["gap_low"] == 0) & (at["gap_high"] == 0)]["candidate"]
         if len(ref) != 1:
             continue
@@ -91,7 +97,9 @@ def equal_flops() -> str:
     return (f"**At equal training FLOPs** (each ladder read between its rungs, `equal_flops.csv`, at the largest "
             f"budget every map reaches): the baseline has the lowest mean loss in {len(lowest)} of the "
             f"{len(ladders)} committed ladder studies, and its paired 95 % interval (uncorrected) excludes 0 against "
-            f"every other map in {len(clear)} of them ({_names(clear)}).")
+            f"every other map in {len(clear)} of them ({_names(clear)})"
+            + (f"; where a study read more maps below its top budget than at it: " + "; ".join(beyond) if beyond else "")
+            + ".")
 
 
 def _ci(x) -> tuple[float, float, float]:
@@ -110,12 +118,22 @@ def _fmt(t: tuple[float, float, float], spec: str, unit: str = "") -> str:
     return f"{t[0]:{spec}}{unit} ({lo} to {hi})"
 
 
+def _holm(p: list[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given."""
+    order = np.argsort(p)
+    out, run = np.empty(len(p)), 0.0
+    for k, i in enumerate(order):
+        run = max(run, min(1.0, (len(p) - k) * p[i]))
+        out[i] = run
+    return out.tolist()
+
+
 def inference(folder: Path = RESULTS / "ilr-table1-inference") -> list[str]:
     """The inference study's table and one paragraph of what its rows show, as Markdown lines."""
     d = pd.read_csv(folder / "runs.csv")
     d = d[d["status"] == "ok"].assign(kv=lambda x: x["kv_share"].fillna("none"))
     shared = sorted(s for s in d["kv"].unique() if s != "none")[0]
-    rows, change = [], {}
+    rows, change, p = [], {}, {}
     for m in dict.fromkeys(d["map"]):
         base = d[(d["map"] == m) & (d["kv"] == "none")].set_index("seed")
         other = d[(d["map"] == m) & (d["kv"] == shared)].set_index("seed")
@@ -126,15 +144,18 @@ def inference(folder: Path = RESULTS / "ilr-table1-inference") -> list[str]:
         full = int(base["applied_layers"].iloc[0])
         pct = _ci(100 * np.expm1(diff))
         change[m] = pct
+        p[m] = float(stats.ttest_1samp(diff, 0).pvalue)  # on the loss, the scale of every test
         kv = 1 - other["kv_bytes_per_token"].iloc[0] / base["kv_bytes_per_token"].iloc[0]
         rows.append(f"| `{m}` | {_fmt(_ci(100 * (1 - base['exit_depth'] / full)), '.0f', ' %')} | "
                     f"{_fmt(_ci(base['exit_flops_per_token'] / base['flops_per_token']), '.2f')} | "
                     f"{_fmt(pct, '+.1f', ' %')} | {100 * kv:.1f} % |")
+    holm = dict(zip(p, _holm(list(p.values()))))
     lower = sorted((m for m, t in change.items() if t[2] < 0), key=lambda m: change[m][0])
     level = [m for m, t in change.items() if t[1] <= 0 <= t[2]]
     higher = [m for m, t in change.items() if t[1] > 0]
     said = (f"Paired by seed, `{shared}` lowers the validation perplexity of {len(lower)} of these {len(change)} maps "
-            f"(interval below 0; by gain: " + ", ".join(f"`{m}` {change[m][0]:+.1f} %" for m in lower) + ")")
+            f"(95 % interval below 0, uncorrected; by gain, with the paired t's p on the loss Holm-corrected over the {len(change)}: "
+            + ", ".join(f"`{m}` {change[m][0]:+.1f} % (p {holm[m]:.2g})" for m in lower) + ")")
     if level:
         said += (f"; for {_names(level)} the interval spans 0 (up to " +
                  " and ".join(f"{change[m][2]:+.1f} %" for m in level) + "), a cost not ruled out")

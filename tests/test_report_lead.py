@@ -170,3 +170,29 @@ def test_the_terminal_summary_names_the_maps_a_ladder_left_out_too(ladder):
     frame = records_frame(load_runs(study))
     assert unranked_lines(frame) == ["not ranked (did not reach the last horizon, 1.6M): 2,2,1,1|rope (stopped at 400k)"]
     assert unranked_lines(frame[frame["candidate"] != "2,2,1,1|rope"]) == []
+
+
+def test_the_equal_flops_lead_gives_the_top_group_at_the_top_budget_and_why_a_map_is_missing_there():
+    # issue 44, table row 1: "alone in the top group" read only where every map reaches hid a
+    # three-map top group at the study's top budget, which one map missed only by stopping early
+    from searchmaps.report.lead import missing_at_top
+
+    rows = [(1e12, "1,1|rope", 3.00, True, True, 0.0, 0.0, 0.0), (1e12, "2,1|rope", 3.05, False, False, 0.05, 0.02, 0.08),
+            (1e12, "1,2|rope", 3.06, False, False, 0.06, 0.03, 0.09),
+            (2e12, "1,1|rope", 2.90, True, True, 0.0, 0.0, 0.0), (2e12, "2,1|rope", 2.91, True, False, 0.01, 0.001, 0.02)]
+    t = pd.DataFrame([{"budget_flops": b, "candidate": c, "mean": m, "top_group": tg, "best": bst, "gap": g,
+                       "gap_low": lo, "gap_high": hi} for b, c, m, tg, bst, g, lo, hi in rows])
+    ladder = pd.DataFrame([{"candidate": c, "seed": s, "rung": r, "tokens": tok, "train_flops": f}
+                           for c, rungs in (("1,1|rope", ((0, 1e5, 1e12), (1, 2e5, 2e12))),
+                                            ("2,1|rope", ((0, 1e5, 1e12), (1, 2e5, 2.5e12))),
+                                            ("1,2|rope", ((0, 1e5, 1.5e12),)))
+                           for s in (0, 1, 2) for r, tok, f in rungs])
+    missing = missing_at_top(ladder, t)
+    assert missing == {"1,2|rope": "its rows stop at 100k tokens (1.5e12 FLOPs), before the ladder's last horizon"}
+    said = flops_lead(t, "1,1|rope", 3, missing)
+    assert "is alone in the top group" in said  # at 1e12, where every map is read
+    assert said.endswith("; at the study's top budget, 2e12 FLOPs (2 maps read there; `1,2|rope` is missing there: "
+                         "its rows stop at 100k tokens (1.5e12 FLOPs), before the ladder's last horizon), the top "
+                         "group holds 2 of 2: `1,1|rope`, `2,1|rope`.")
+    # where the top budget is the one every map reaches, nothing is added
+    assert flops_lead(t[t["budget_flops"] == 1e12], "1,1|rope", 3, {}).endswith("uncorrected).")

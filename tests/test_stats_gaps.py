@@ -36,7 +36,14 @@ def test_a_fit_pinned_at_its_bound_yields_no_crossover_sentence():
     cross = crossings(table, boots)
     assert table.set_index("candidate").loc["b", "at_bound"] == "" and cross["defensible"].all()
     said = " ".join(crossing_sentences(table, cross, 1e8, "tokens"))
-    assert "predicts `b` passing `a`" in said
+    last = table["horizon_last"].max()
+    if 1e8 / last > 4:  # issue 44: past 4x the last horizon the fit's continuation is no prediction
+        assert f"Carried {1e8 / last:.0f}× beyond the last horizon" in said and "has `b` passing `a`" in said
+        assert "predicts" not in said and "not a prediction" in said
+        near = " ".join(crossing_sentences(table, cross.assign(target=4 * last), 4 * last, "tokens"))
+        assert "Extrapolating each candidate's fitted" in near and "predicts" in near
+    else:
+        assert "predicts `b` passing `a`" in said
 
     pinned = laws_rows({"a": (2.0, 40.0, 0.35), "b": (0.0, 300.0, 0.30)}, HORIZONS, bump={("b", 2): -0.05})
     table, boots = extrapolate(pinned, target=1e8, n_boot=100)
@@ -109,3 +116,28 @@ def test_the_gap_trend_interval_is_over_paired_seeds():
     assert row["slope"] == pytest.approx(-0.04, abs=0.005)  # unpaired, the 0.5 seed draws would swamp it
     assert 0 < row["slope_high"] - row["slope_low"] < 0.02
     assert row["closes_at_low"] < row["closes_at"] < row["closes_at_high"] and not row["few_seeds"]
+
+
+def test_the_gap_trend_intervals_are_t_intervals_over_the_seeds_slopes():
+    """Issue 44, item 1 and table row 2: the slope's interval is the t interval over each
+    seed's own least-squares slope (n - 1 degrees of freedom), by hand here, not a percentile
+    bootstrap over 5 seeds (too narrow at so few)."""
+    from scipy import stats as st
+
+    from searchmaps.stats import gap_trend
+
+    rng = np.random.default_rng(3)
+    hs = [1e5, 2e5, 4e5, 8e5]
+    noise = rng.normal(0, 0.02, (5, len(hs)))
+    rows = [{"candidate": c, "seed": s, "rung": r, "horizon_target": h,
+             "val_loss": 3 + (0.1 - 0.01 * r + noise[s, r] if c == "c" else 0.0)}
+            for c in ("ref", "c") for s in range(5) for r, h in enumerate(hs)]
+    row = gap_trend(pd.DataFrame(rows), "ref", target=5e8).iloc[0]
+    x = np.log2(hs[1:])
+    slopes = np.array([np.polyfit(x, 0.1 - 0.01 * np.arange(1, 4) + noise[s, 1:], 1)[0] for s in range(5)])
+    half = st.t.ppf(0.975, 4) * slopes.std(ddof=1) / np.sqrt(5)
+    assert row["slope"] == pytest.approx(slopes.mean())
+    assert row["slope_low"] == pytest.approx(slopes.mean() - half) and row["slope_high"] == pytest.approx(slopes.mean() + half)
+    last = 0.1 - 0.03 + noise[:, -1]
+    half = st.t.ppf(0.975, 4) * last.std(ddof=1) / np.sqrt(5)
+    assert row["gap_last_low"] == pytest.approx(last.mean() - half)

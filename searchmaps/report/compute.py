@@ -15,7 +15,7 @@ import pandas as pd
 from .. import stats
 from ..stats import DEFAULT_RULE
 from .horizons import ladder_rows
-from .lead import flops_lead
+from .lead import flops_lead, missing_at_top, top_budget_clause
 from .section import Section, code, html_table
 
 
@@ -29,9 +29,11 @@ def _names(cands, limit: int = 4) -> str:
     return shown + (f" and {len(cands) - limit} more" if len(cands) > limit else "")
 
 
-def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int) -> list[str]:
-    """At most three sentences: what the search compared, the answer at the largest budget
-    every map reaches, and how often the baseline leads across the budgets."""
+def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int,
+              missing: dict[str, str] | None = None) -> list[str]:
+    """At most four sentences: what the search compared, the answer at the largest budget
+    every map reaches, how often the baseline leads across the budgets and, where the
+    study's top budget is larger, the top group there with the maps missing there and why."""
     if table.empty:
         return ["At equal training FLOPs no budget is reached by two maps on two seeds or more, so this ladder "
                 "cannot compare them at equal compute."]
@@ -57,6 +59,17 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
                    f"{len(others)} maps (the pair's 95 % interval of the paired gap excludes 0, not corrected for the "
                    f"{len(others)} comparisons); it has the lowest mean at {wins} of the {len(has)} budgets it is read "
                    f"at ({_f(min(has))} to {_f(max(has))} FLOPs).")
+    clause = top_budget_clause(table, missing)
+    if clause:
+        top = table[table["budget_flops"] == table["budget_flops"].max()]
+        text = clause[0].upper() + clause[1:]
+        if reference is not None and reference in set(top["candidate"]):
+            others = top[top["candidate"] != reference]
+            text += (f"; there the baseline `{reference}` is ahead of {int((others['gap_low'] > 0).sum())} and behind "
+                     f"{int((others['gap_high'] < 0).sum())} of the other {len(others)} (gaps "
+                     f"{others['gap'].min():+.4f} to {others['gap'].max():+.4f} nats; each pair's 95 % interval, "
+                     f"uncorrected, where the top group's rule corrects for every pair)")
+        out.append(text + ".")
     return out
 
 
@@ -131,9 +144,10 @@ def section(frame: pd.DataFrame, reference: str | None, alpha: float = 0.05, rul
     reference = reference if reference in set(rows["candidate"]) else None
     table = stats.equal_flops(rows, reference=reference, alpha=alpha, rule=rule)
     n_maps = rows["candidate"].nunique()
+    missing = missing_at_top(rows, table)
     return Section(
-        sentences=sentences(table, reference, unit, n_maps), heading="Equal training FLOPs",
-        lead=[flops_lead(table, reference, n_maps)],
+        sentences=sentences(table, reference, unit, n_maps, missing), heading="Equal training FLOPs",
+        lead=[flops_lead(table, reference, n_maps, missing)],
         figures=[("Loss vs training FLOPs", figure(rows, table, shown),
                   "Each map's mean validation loss at every rung of its ladder, placed at the training FLOPs it had "
                   "spent there, with a 95 % CI over seeds. Read across at a dotted line: the maps at equal "

@@ -28,6 +28,7 @@ from .. import stats
 from ..results import Role
 from ..stats import DEFAULT_RULE
 from .section import Section, code, html_table
+from .trends import shared_floor_sentences, trend_sentences  # noqa: F401  (tests import them from here)
 from .sentences import fmt_p
 
 
@@ -133,7 +134,7 @@ def section(a: HorizonAnalysis, shown: set[str]) -> Section:
                   "stability.csv."),
                  ("Loss vs horizon", scaling_figure(a, shown),
                   "Mean validation loss at each horizon with its 95 % CI; dotted: the fitted L(D) = E + A·D^-α, "
-                  "drawn on to the target; diamond and bar: its prediction there with a 95 % interval from refits "
+                  "drawn on to the target; diamond and bar: the fit's value there with a 95 % interval from refits "
                   "on resampled seeds (scaling.csv).")],
         tables=[("Ranks by horizon", table(a))], files=files(a))
 
@@ -189,8 +190,9 @@ def seeds_sentence(a: HorizonAnalysis) -> str:
     n = int(a.stability["n_seeds"].min()) if len(a.stability) else 0
     if n < 2 or not stats.few_seeds(n):
         return ""
-    return (f"Every interval of the horizons, the extrapolation and the comparison with a published ranking "
-            f"resamples {n} seeds: from so few a percentile bootstrap is too narrow "
+    return (f"Every interval of the rank stability, the extrapolation and the comparison with a published ranking "
+            f"resamples {n} seeds (the gap trends' are t intervals over the seeds' own values, docs/statistics.md): "
+            f"from so few a percentile bootstrap is too narrow "
             f"(for a mean it covers about {100 * stats.bootstrap_coverage(n):.0f} %, not 95 %; it needs "
             f"{_fewest_seeds()} seeds to reach {100 * stats.MIN_COVERAGE:.0f} %), so read them as lower bounds on "
             f"the uncertainty (few_seeds in the csv files).")
@@ -244,7 +246,8 @@ def sentence_parts(a: HorizonAnalysis) -> list[tuple[str, list[str]]]:
              ("Shared floor (second opinion)", shared), ("Gap trends (measured)", trends)]
     if a.published is not None and a.published["kendall_tau"].notna().any():
         name = (a.published_source or "").split(" (")[0] or "the published ranking"
-        parts.append((f"Against {name}", [published_sentence(a.published, a.published_source)]))
+        parts.append((f"Against {name}", [published_sentence(a.published, a.published_source,
+                                                              a.planned[-1] if a.planned else None)]))
     return parts
 
 
@@ -263,15 +266,23 @@ def missing_sentence(means: pd.DataFrame) -> str:
             f"counts there leave {'it' if one else 'them'} out.")
 
 
+FAR = 4.0  # an extrapolation past this multiple of the last horizon is never called a prediction (issue 44)
+
+
 def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: float, unit: str) -> list[str]:
     """What the per-candidate fits say about order changes before ``target``: a crossover
     is claimed only for pairs whose fits are both free of their bounds and close enough
     to the data (``crossings["defensible"]``); for the rest the sentence says the fits
     cannot tell, never that the order changes or holds."""
-    head = f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(target)} {unit}"
+    last = scaling["horizon_last"].max()
+    reach = target / last if last > 0 else float("inf")
+    far = reach > FAR
+    rungs = int(scaling["n_rungs"].max()) if "n_rungs" in scaling and scaling["n_rungs"].notna().any() else 0
+    head = (f"Carried {reach:.0f}× beyond the last horizon ({_h(last)}) to {_h(target)} {unit}, each candidate's "
+            f"fitted L(D) = E + A·D^-α (3 parameters on {rungs} horizons)" if far else
+            f"Extrapolating each candidate's fitted L(D) = E + A·D^-α to {_h(target)} {unit}")
     ok = crossings[crossings["defensible"]] if "defensible" in crossings else crossings
     weak = crossings[~crossings["defensible"]] if "defensible" in crossings else crossings.iloc[:0]
-    last = scaling["horizon_last"].max()
     fitted = scaling[np.isfinite(scaling["E"]) & (scaling["horizon_last"] == last)]
     unsound = int((~fitted["defensible"]).sum()) if "defensible" in fitted else 0
     out = []
@@ -284,8 +295,13 @@ def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: f
                  + f"; the order at the target flips in {r.flip_share:.0%} of seed resamples)"
                  for r in likely.head(4).itertuples()]
         more = f" and {len(likely) - 4} more pair{'s' if len(likely) > 5 else ''}" if len(likely) > 4 else ""
-        out.append(f"{head} predicts " + "; ".join(parts) + more + ". Such extrapolations are far beyond the data; "
-                   "the intervals in scaling.csv say how far to trust them.")
+        if far:
+            out.append(f"{head} has " + "; ".join(parts) + more + f". That is where the fits lead, not a "
+                       f"prediction: nothing past {_h(last)} is measured, and the intervals in scaling.csv resample "
+                       f"seeds and leave out the error of the curve's form.")
+        else:
+            out.append(f"{head} predicts " + "; ".join(parts) + more + ". The intervals in scaling.csv resample "
+                       "seeds and leave out the error of the curve's form.")
     if not weak.empty:
         out.append(f"The fitted curves of {len(weak)} pair{'s' if len(weak) > 1 else ''} change order before "
                    f"{_h(target)}, but in each pair a fit sits on a bound or misses the data at the longest horizons "
@@ -295,7 +311,8 @@ def crossing_sentences(scaling: pd.DataFrame, crossings: pd.DataFrame, target: f
             out.append(f"{head} keeps today's order, but {unsound} of {len(fitted)} fits sit on a bound or miss the "
                        f"data by at least their gap to the baseline, so that is no evidence the order holds either.")
         else:
-            out.append(f"{head} predicts no change of order among candidates that reached the last horizon.")
+            out.append(f"{head} {'keeps' if far else 'predicts no change of'} the order among candidates that "
+                       f"reached the last horizon{': where the fits lead, not a prediction' if far else ''}.")
     return out
 
 
@@ -317,76 +334,20 @@ def misfit_sentence(scaling: pd.DataFrame, reference: str | None) -> str:
             f"residual_tail, residual_exceeds_gap).")
 
 
-def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
-    """Each map's measured gap trend to the baseline: how many narrow or widen with an
-    interval clear of 0, the fastest closers with where the trend would close the gap, and
-    how much the window matters."""
-    t = trend[np.isfinite(trend["slope"])]
-    if t.empty:
-        return []
-    ref = t["reference"].iloc[0]
-    toward = np.sign(t["gap_last"]) * -1  # the sign of a slope that closes the gap
-    narrow = t[(toward * t["slope_low"] > 0) & (toward * t["slope_high"] > 0)]
-    widen = t[(toward * t["slope_low"] < 0) & (toward * t["slope_high"] < 0)]
-    span = f"{_h(t['trend_from'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}"
-    out = [f"Measured, not fitted: the paired per-seed gap of each map to the baseline `{ref}`, regressed on log2 of "
-           f"the {unit} over the last horizons ({span}), narrows with a 95 % interval clear of 0 for {len(narrow)} of "
-           f"{len(t)} maps and widens for {len(widen)} (nats per doubling; gap_trend.csv)."]
-    closing = narrow.sort_values("closes_at").head(3)
-    if len(closing):
-        far = lambda x: ("never" if not np.isfinite(x) else  # noqa: E731
-                         "beyond 1000× the target" if x > 1000 * t["target"].iloc[0] else f"{_h(x)} {unit}")
-        out.append("At its measured rate the gap would close at " + "; ".join(
-            f"{far(r.closes_at)} for `{r.candidate}` (gap {_nats(r.gap_last)} at {_h(r.horizon_last)}, "
-            f"{_nats(r.slope)} per doubling, 95 % CI {_nats(r.slope_low)} to {_nats(r.slope_high)}; closing at "
-            f"{far(r.closes_at_low)} to {far(r.closes_at_high)}; the last doubling alone {_nats(r.change_last)}, "
-            f"CI {_nats(r.change_last_low)} to {_nats(r.change_last_high)})"
-            for r in closing.itertuples()) + f" (the target: {_h(t['target'].iloc[0])}).")
-    all_narrow = t[(toward * t["slope_all_low"] > 0) & (toward * t["slope_all_high"] > 0)]
-    out.append(f"Over all horizons ({_h(t['horizon_first'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}) the same "
-               f"regression gives slopes {_nats(t['slope_all'].min())} to {_nats(t['slope_all'].max())} per doubling, "
-               f"clear of 0 towards closing for {len(all_narrow)} map{'' if len(all_narrow) == 1 else 's'}: a trend is a description of its window, "
-               f"and carrying it to the target assumes the window's rate holds.")
-    return out
-
-
-def shared_floor_sentences(scaling: pd.DataFrame, trend: pd.DataFrame, target: float, unit: str) -> list[str]:
-    """The shared-floor fit as a second opinion, with no crossover claim when its floor is at a bound."""
-    if "shared_E" not in scaling or not np.isfinite(scaling["shared_E"]).any():
-        return []
-    e = float(scaling["shared_E"].dropna().iloc[0])
-    bound = str(scaling["shared_at_bound"].fillna("").iloc[0])
-    # on the bound 0 the fitted E is the optimiser's leftover (1e-18 to 1e-12 nats), whose digits
-    # move by percents from one machine's BLAS to another's: the page says the bound, not them
-    shown = "0" if bound == "E=0" else f"{e:.3g}"
-    head = (f"Second opinion, one floor E shared by every map (per-map A and α; scaling.csv, shared_*): E = {shown} "
-            f"nats")
-    if bound:
-        return [head + f", on its bound ({bound}): the shared fit is as unbounded as the separate ones and supports no "
-                       f"crossover claim either."]
-    t = trend[np.isfinite(trend["shared_gap_at_target"])]
-    ahead = t[t["shared_gap_at_target_high"] < 0]
-    level = t[(t["shared_gap_at_target_low"] <= 0) & (t["shared_gap_at_target_high"] >= 0)]
-    behind = t[t["shared_gap_at_target_low"] > 0]
-    ref = trend["reference"].iloc[0]
-    parts = [f"{len(behind)} map{'s' if len(behind) != 1 else ''} still behind the baseline `{ref}`"]
-    for what, g in (("level with it (interval spans 0)", level), ("ahead of it", ahead)):
-        if len(g):
-            parts.append(f"{what}: " + ", ".join(
-                f"`{r.candidate}` {_nats(r.shared_gap_at_target)} ({_nats(r.shared_gap_at_target_low)} to "
-                f"{_nats(r.shared_gap_at_target_high)})" for r in g.head(4).itertuples()))
-    return [head + f"; at {_h(target)} {unit} it puts " + "; ".join(parts) + "."]
-
-
-def published_sentence(published: pd.DataFrame, source: str) -> str:
+def published_sentence(published: pd.DataFrame, source: str, planned_last: float | None = None) -> str:
     """τ against a published single-seed ranking at each horizon, its interval with the
-    published values' assumed noise, and Holm-adjusted p-values."""
+    published values' assumed noise, and Holm-adjusted p-values. The last rung is called
+    confirmatory only where it is the ladder's pre-specified last one (``planned_last``,
+    study.json's ladder); a study that stopped short says which rung was (issue 44)."""
     sd = float(published["reference_sd"].iloc[0]) if "reference_sd" in published else 0.0
     rows = [r for r in published.itertuples() if np.isfinite(r.kendall_tau)]
+    short = planned_last is not None and len(rows) and planned_last > float(rows[-1].horizon) * (1 + 1e-6)
+    label = (f"; the last rung reached, not the pre-specified confirmatory one, {_h(planned_last)}" if short
+             else "; confirmatory")
     return (f"Against {source or 'the published ranking'}: Kendall's τ is " + ", ".join(
         f"{r.kendall_tau:+.2f} at {_h(r.horizon)} ({_ci(r.kendall_tau_low, r.kendall_tau_high)}, "
         f"{'Holm-adjusted ' if len(rows) > 1 else ''}p = {fmt_p(r.p_holm)}, {int(r.n_candidates)} maps"
-        + ("; confirmatory" if getattr(r, "confirmatory", False) else "") + ")" for r in rows)
+        + (label if getattr(r, "confirmatory", False) else "") + ")" for r in rows)
         + f". The intervals resample this study's seeds and add to every published value the seed noise of a "
           f"single-seed number, assumed N(0, {sd:g}) in its own unit (agreement.csv, reference_sd; without it, "
           f"kendall_tau_low_seeds/high_seeds)" + (f"; the p-values are Holm-adjusted across the {len(rows)} horizons "
@@ -411,7 +372,7 @@ def table(a: HorizonAnalysis) -> str:
     piv = a.ranks.pivot(index="candidate", columns="rung", values="rank")
     last = piv.columns.max()
     piv = piv.sort_values(last)
-    head = ["candidate"] + [f"rank at {_h(h)}" for h in a.horizons] + ["settles at", f"predicted loss at {_h(a.target)}"]
+    head = ["candidate"] + [f"rank at {_h(h)}" for h in a.horizons] + ["settles at", f"fitted loss at {_h(a.target)}"]
     fit = a.scaling.set_index("candidate")
     rows = []
     for cand, ranks in piv.iterrows():

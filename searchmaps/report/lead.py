@@ -84,10 +84,55 @@ def ranking_lead(summary: pd.DataFrame, best: str, reference: str | None, ok: pd
     return head + text + f"; the baseline `{reference}` {where}, and {beats}."
 
 
-def flops_lead(table: pd.DataFrame, reference: str | None, n_maps: int) -> str:
+def missing_at_top(rows: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
+    """Of a ladder's rows (candidate, seed, rung, tokens, train_flops) and its
+    :func:`searchmaps.stats.equal_flops` table, the maps not read at the table's top budget ->
+    why, in words: where their rows stop (before the ladder's last horizon, or at it)."""
+    if table.empty:
+        return {}
+    top = float(table["budget_flops"].max())
+    read = set(table[table["budget_flops"] == top]["candidate"])
+    last = rows["rung"].max()
+    out = {}
+    for cand, g in rows.groupby("candidate", sort=True):
+        if cand in read:
+            continue
+        end = g[g["rung"] == g["rung"].max()]
+        tokens, flops = float(end["tokens"].median()), float(end["train_flops"].median())
+        seeds = int((g.groupby("seed")["train_flops"].max() >= top * (1 - 1e-9)).sum())
+        if seeds >= 2:
+            out[cand] = f"only {seeds} of its seeds reach it"
+        elif g["rung"].max() < last:
+            out[cand] = f"its rows stop at {h(tokens)} tokens ({_f(flops)} FLOPs), before the ladder's last horizon"
+        else:
+            out[cand] = f"its last horizon, {h(tokens)} tokens, spends {_f(flops)} FLOPs"
+    return out
+
+
+def top_budget_clause(table: pd.DataFrame, missing: dict[str, str] | None) -> str:
+    """Where the study's top budget is not the largest budget every map reaches: the top group
+    there, and each map missing there with why (``""`` where the two budgets are one)."""
+    if table.empty:
+        return ""
+    full, _ = stats.largest_common_budget(table)
+    top = float(table["budget_flops"].max())
+    if top == full:
+        return ""
+    at = table[table["budget_flops"] == top]
+    group = at[at["top_group"]].sort_values("mean")["candidate"].tolist()
+    gone = "; ".join(f"`{c}` is missing there: {why}" for c, why in (missing or {}).items())
+    names = ", ".join(f"`{c}`" for c in group)
+    return (f"at the study's top budget, {_f(top)} FLOPs ({len(at)} maps read there"
+            + (f"; {gone}" if gone else "") + f"), the top group holds {len(group)} of {len(at)}: {names}")
+
+
+def flops_lead(table: pd.DataFrame, reference: str | None, n_maps: int,
+               missing: dict[str, str] | None = None) -> str:
     """The answer at equal training FLOPs from a ladder's :func:`searchmaps.stats.equal_flops`
     table: at the largest budget every map reaches, the best map, the top group and the
-    baseline's paired gaps to the others."""
+    baseline's paired gaps to the others; where the study's top budget is larger (a map
+    missing there), the top group there too and why each missing map is missing
+    (``missing``, from :func:`missing_at_top`)."""
     if table.empty:
         return ("At equal training FLOPs this ladder cannot compare the maps: no budget is reached by two maps on "
                 "two seeds or more.")
@@ -102,11 +147,13 @@ def flops_lead(table: pd.DataFrame, reference: str | None, n_maps: int) -> str:
              f"but all {len(at)} are in the top group" if len(top) == len(at) else
              f"and the top group holds {len(top)} of {len(at)}")
     text = head + f"{who} has the lowest mean loss {group}"
+    clause = top_budget_clause(table, missing)
+    tail = f"; {clause}." if clause else "."
     if reference is None or reference not in set(at["candidate"]):
-        return text + "."
+        return text + tail
     others = at[(at["candidate"] != reference) & np.isfinite(at["gap"])]
     if others.empty:
-        return text + "."
+        return text + tail
     ahead, behind = int((others["gap_low"] > 0).sum()), int((others["gap_high"] < 0).sum())
     gaps = f"{others['gap'].min():+.4f} to {others['gap'].max():+.4f} nats"
     if best != reference:
@@ -115,9 +162,9 @@ def flops_lead(table: pd.DataFrame, reference: str | None, n_maps: int) -> str:
         text += "; it"
     if ahead == len(others):
         return text + (f" is ahead of all {len(others)} other maps by {gaps} (each pair's 95 % interval of the "
-                       f"paired gap above 0, uncorrected).")
+                       f"paired gap above 0, uncorrected)") + tail
     return text + (f" is ahead of {ahead} and behind {behind} of the other {len(others)} maps (95 % intervals of "
-                   f"the paired gaps, uncorrected; gaps {gaps}, positive: the map behind the baseline).")
+                   f"the paired gaps, uncorrected; gaps {gaps}, positive: the map behind the baseline)") + tail
 
 
 def one_horizon_lead(ok: pd.DataFrame) -> str:
