@@ -221,7 +221,8 @@ def test_a_packed_ladder_saves_every_seed_at_every_rung_and_resumes_from_any_to_
     for k, spec in enumerate(specs):
         for i in range(2):
             state = torch.load(files[k][i], weights_only=False)
-            assert (state["key"]["seed"], state["key"]["step"], state["path"]["step"]) == (spec.seed, steps[i], steps[i])
+            key, path = state["key"], state["path"]
+            assert (key["seed"], key["step"], path["step"]) == (spec.seed, steps[i], steps[i])
             assert set(state["model"]) == set(LoopedLM(spec.model).state_dict())  # one model's, not the stack's
     expected = numbers(whole)
     for first in (1, 2):
