@@ -197,8 +197,9 @@ def train_packed(
     at every rung's cooldown start, in a separate training's format: a killed pack resumes
     from its last finished rung, packed or seed by seed alone). Returns every seed's records
     (seed, then rung), each with ``packed`` = the number of seeds; a seed that fails is
-    recorded failed while the others go on. An error that is not a training's own (out of memory: the unit did not fit) fails
-    every seed's rungs not yet recorded, and the unit's tensors are freed before this returns.
+    recorded failed while the others go on. An error that is not a training's own (out of
+    memory: the unit did not fit) fails every seed's rungs not yet recorded, and the unit's
+    tensors are freed before this returns.
     ``stacked``: the stacked model or ``vmap`` (None: the stacked model wherever it applies)."""
     specs = list(specs)
     spec = specs[0]
