@@ -214,6 +214,17 @@ class Driver:
             for u, recs in _split(unit, records):
                 if recs:
                     self._store(u, recs)
+                    self._drop_passed_states(u)
+
+    def _drop_passed_states(self, unit: Unit) -> None:
+        """The saved states of ``unit``'s ladder (alone or packed, not promoted) that no resume
+        can use any more: a killed ladder goes on from the state at the rung before its first
+        unrecorded one, so the states before that go, and a study keeps one rung's states a ladder."""
+        if self.plan.promote or unit.role == Role.TUNING or self.plan.rungs < 2:
+            return
+        need = self.scheduler.needed(unit)
+        for rung in range((min(need) if need else self.plan.rungs) - 1):
+            self.plan.checkpoint(unit.candidate, unit.seed, rung).unlink(missing_ok=True)
 
     @_faults_of_the_storage
     def complete(self, unit: Unit | Pack, records: list[RunRecord] | None, why: str = "",
