@@ -219,7 +219,7 @@ class Driver:
     def _drop_passed_states(self, unit: Unit) -> None:
         """The saved states of ``unit``'s ladder (alone or packed, not promoted) that no resume
         can use any more: a killed ladder goes on from the state at the rung before its first
-        unrecorded one, so the states before that go, and a study keeps one rung's states a ladder."""
+        unrecorded one, so the states before that go (a ladder keeps one state, not one a rung)."""
         if self.plan.promote or unit.role == Role.TUNING or self.plan.rungs < 2:
             return
         need = self.scheduler.needed(unit)

@@ -279,6 +279,13 @@ def test_a_unit_out_of_memory_fails_each_of_its_trainings_and_the_next_unit_trai
     assert made[-1]() is None
 
 
+def test_save_rungs_hold_a_list_of_files_per_seed(corpus, tmp_path):
+    specs = seeds(2, schedule="wsd", tokens=STEPS_50)
+    with pytest.raises(ValueError, match="save_rungs holds 1 lists of files, one per seed of the 2 packed"):
+        train_packed(specs, [STEPS_50 // 2, STEPS_50], corpus, save_rungs=[[tmp_path / "a.pt"]])
+    assert not list(tmp_path.iterdir())
+
+
 def test_packed_specs_must_be_one_candidate(corpus):
     with pytest.raises(ValueError, match="one candidate"):
         train_packed([tiny_spec(seed=0), tiny_spec(reuse="2,1", seed=1)], None, corpus)

@@ -237,6 +237,7 @@ def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None,
     corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     lads = [make_ladder(s, horizons) for s in specs]
     n = len(specs)
+    per_rung = _per_rung(save_rungs, n, lad.rungs)
     scored = scored_tokens(corpus, spec)
     per_seed = [RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint).replace(
         device=device, rung=i, packed=n, eval_tokens_scored=scored, train_split_tokens=len(corpus.train))
@@ -254,7 +255,7 @@ def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None,
         training = PackedTraining(specs, lads, corpus, device, bar, sync_every, stacked=stacked)
         if resume is not None:
             history = training.load(resume, first - 1)
-        climb(lad, training, history, rungs, first, last, save=save, save_rungs=_per_rung(save_rungs, n, lad.rungs))
+        climb(lad, training, history, rungs, first, last, save=save, save_rungs=per_rung)
     except (RuntimeError, MemoryError) as exc:  # out of memory included: every model's rungs not yet recorded fail
         rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
     finally:
