@@ -10,7 +10,9 @@
 # Needs python3 with torch, numpy, pandas, scipy and tqdm; Optuna comes from .carry/wheels and
 # the corpus from .carry/data.tar.xz (benchmarks/gpu_carry.sh makes both; without the corpus the
 # study runs on --data stdlib). The study lives in STUDY_DIR (default /tmp/answer); OUT receives
-# the log, the benchmark's figures and the study folder as study.tar.gz. The command ends
+# the log, the benchmark's figures and the study folder as study.tar.gz, its saved states apart
+# (checkpoints.tar, only where at most STATES_MAX_MB, default 40); both put in .carry/ let a fresh
+# machine's command go on from them (README, "Study state that comes back"). The command ends
 # within BUDGET seconds (default 560); the study gets what the checks leave, at most
 # STUDY_DEADLINE seconds, and is stopped by SIGTERM at its deadline (exit 143: resumable).
 # SKIP_CHECKS=1 goes straight to the study.
@@ -51,9 +53,27 @@ fi
 left=$(( ${BUDGET:-560} - ($(date +%s) - t0) - 20 ))
 [ "$left" -lt "$DEADLINE" ] && DEADLINE=$left
 [ "$DEADLINE" -lt 10 ] && DEADLINE=10
+# a fresh machine goes on from an earlier command's OUT put in .carry/ (study.tar.gz: the rows and the
+# storage; checkpoints.tar, where it came back: the saved states a killed pack resumes from)
+if [ -f .carry/study.tar.gz ] && [ -z "$(ls -A "$STUDY_DIR")" ]; then
+  tar -xzf .carry/study.tar.gz -C "$STUDY_DIR" && { [ ! -f .carry/checkpoints.tar ] || tar -xf .carry/checkpoints.tar -C "$STUDY_DIR"; } \
+    && stamp "study carried back into $STUDY_DIR ($(ls "$STUDY_DIR"/*/checkpoints 2>/dev/null | grep -c '\.pt$') saved states)"
+fi
 stamp "(c) the answer study through searchmaps.run (deadline $DEADLINE s)"
 timeout -s TERM -k 30 "$DEADLINE" $PY -m searchmaps.run "${STUDY[@]}"
 rc=$?
-tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" .
+# the study's rows and storage always come back; its saved states (checkpoints/: about 12 bytes a
+# parameter a model, 13.6 MiB at d 128, README "Study state that comes back") only where they fit
+# what OUT returns, else a rerun retrains a pack's missing rungs from token 0
+tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" --exclude='*/checkpoints' .
+states=$(cd "$STUDY_DIR" && find . -path './*/checkpoints/*.pt' | sort)
+if [ -n "$states" ]; then
+  states_mb=$(( ($(cd "$STUDY_DIR" && du -cb $states | tail -1 | cut -f1) + 1048575) / 1048576 ))
+  if [ "$states_mb" -le "${STATES_MAX_MB:-40}" ]; then
+    (cd "$STUDY_DIR" && tar -cf "$OUT/checkpoints.tar" $states) && stamp "saved states: $OUT/checkpoints.tar ($states_mb MiB)"
+  else
+    stamp "saved states: $states_mb MiB, above STATES_MAX_MB=${STATES_MAX_MB:-40}: left in $STUDY_DIR (a fresh machine retrains the missing rungs)"
+  fi
+fi
 [ -n "${MONITOR:-}" ] && kill "$MONITOR" 2>/dev/null
 stamp "done (study exit $rc: 0 finished; 124 or 143 stopped at its deadline, run the same command again to go on)"

@@ -168,19 +168,25 @@ class Driver:
     def spec(self, unit: Unit):
         return self.plan.spec(unit.candidate, unit.seed, unit.lr)
 
-    def job(self, unit: Unit | Pack, alone: bool = True) -> dict:
+    def job(self, unit: Unit | Pack) -> dict:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
         and record, and (promotion) the saved state to continue from and to save. A pack's
-        job has ``specs``, ``resume`` and ``save`` per seed, in the pack's seed order (the
-        same per-seed state files as separate trainings: a seed continues packed or alone).
-        A whole ladder trained alone saves its state at every rung's cooldown start, and a
-        ladder whose first rungs are already recorded (a killed run) continues from the
-        state of its last recorded rung when that is there (a pack trains from the start)."""
+        job has ``specs``, ``resume``, ``save`` and ``save_rungs`` per seed, in the pack's seed
+        order (the same per-seed state files as separate trainings: a seed continues packed or
+        alone). A whole ladder, alone or packed, saves its state at every rung's cooldown
+        start, and a ladder whose first rungs are already recorded (a killed run) continues
+        from the state of its last recorded rung when that is there (a pack: when every one
+        of its seeds has it; its seeds lack the same rungs)."""
         if isinstance(unit, Pack):
-            jobs = [self.job(u, alone=False) for u in unit.units]
+            jobs = [self.job(u) for u in unit.units]
             specs = [j.pop("spec") for j in jobs]
             job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
-            if "resume" in job:
+            if "save_rungs" in job:
+                job["save_rungs"] = [j["save_rungs"] for j in jobs]
+                job["first"], job["resume"] = 0, None
+                if len({j["first"] for j in jobs}) == 1 and all(j.get("resume") for j in jobs):
+                    job["first"], job["resume"] = jobs[0]["first"], [j["resume"] for j in jobs]
+            elif "resume" in job:
                 job["resume"] = [j["resume"] for j in jobs]
                 job["save"] = [j["save"] for j in jobs]
             return job
@@ -193,7 +199,7 @@ class Driver:
             job["resume"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
             job["save"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) \
                 if unit.last < plan.rungs - 1 else None
-        elif alone and not tuning and plan.rungs > 1:
+        elif not tuning and plan.rungs > 1:
             states = [plan.checkpoint(unit.candidate, unit.seed, i) for i in range(plan.rungs - 1)]
             job["save_rungs"] = [str(p) for p in states]
             start = min(job["record"]) if job["record"] else 0
@@ -208,6 +214,17 @@ class Driver:
             for u, recs in _split(unit, records):
                 if recs:
                     self._store(u, recs)
+                    self._drop_passed_states(u)
+
+    def _drop_passed_states(self, unit: Unit) -> None:
+        """The saved states of ``unit``'s ladder (alone or packed, not promoted) that no resume
+        can use any more: a killed ladder goes on from the state at the rung before its first
+        unrecorded one, so the states before that go (a ladder keeps one state, not one a rung)."""
+        if self.plan.promote or unit.role == Role.TUNING or self.plan.rungs < 2:
+            return
+        need = self.scheduler.needed(unit)
+        for rung in range((min(need) if need else self.plan.rungs) - 1):
+            self.plan.checkpoint(unit.candidate, unit.seed, rung).unlink(missing_ok=True)
 
     @_faults_of_the_storage
     def complete(self, unit: Unit | Pack, records: list[RunRecord] | None, why: str = "",

@@ -22,6 +22,7 @@ PINNED_IN = {
     "ray-start": "test_search.py",  # the fault-injection loop
     "claimed": "test_search.py",  # the fault-injection loop; two optimiser drivers held at their claims
     "training": "test_search.py",  # a training process that dies
+    "packed-step": "test_local.py",  # a packed ladder killed mid-rung resumes at its last finished rung
     "recorded": "test_search.py",  # the fault-injection loop, a ladder killed mid-way, packed units
     "optuna-told": "test_search.py",  # a kill after tell
     "told": "test_search.py",  # the fault-injection loop

@@ -175,6 +175,70 @@ def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_l
     assert numbers(rows) == numbers(read_runs(results / "whole" / "runs.csv"))  # continued to the same numbers
 
 
+def stopped(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] == "T"
+    except OSError:
+        return False
+
+
+@pytest.mark.e2e
+def test_a_packed_ladder_killed_mid_rung_resumes_at_its_last_finished_rung_to_the_same_numbers(
+        space_file, tmp_path, ray_env):
+    """--pack-seeds 2 on a three-rung ladder (8, 16 and 32 steps, cooldowns from steps 7, 13
+    and 26): the first pack's worker is held in the middle of rung 2 (its 27th packed step; rung
+    1 is recorded after 17: 8 to rung 0's end, 6 more of the shared phase, 3 of rung 1's
+    cooldown), the driver stores rung 1's rows, and the whole command is killed there (as a
+    deadline kills it). Each seed's state at rung 1 is in checkpoints/, rung 0's removed once
+    rung 1 was recorded; the same command run again continues the pack from those states
+    (their history goes on: a mark put in them shows in rung 2's rows) and gives every (map,
+    seed, rung) once, bit for bit the numbers of a packed study never killed, with no saved
+    state left."""
+    import torch
+
+    results = tmp_path / "results"
+    args = common(space_file, results, "--seeds", "2", "--study", "pk", "--workers", "1", "--executor", "local",
+                  "--pack-seeds", "2", "--tokens", "1024,2048,4096", "--schedule", "wsd")
+    runs, states = results / "pk" / "runs.csv", results / "pk" / "checkpoints"
+    proc = run_without_ray(*args, env=dict(ray_env, SEARCHMAPS_KILL_AT="packed-step:27:stop"), popen=True)
+    deadline = time.time() + 300
+    workers: list[int] = []
+    while time.time() < deadline and proc.poll() is None:
+        workers = workers_of(proc.pid)
+        if workers and any(stopped(p) for p in workers) and len(read_runs(runs)) >= 4:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and any(stopped(p) for p in workers), proc.communicate()[1][-2000:]
+    time.sleep(0.5)  # nothing more can come: the worker is held mid-rung
+    os.killpg(proc.pid, signal.SIGKILL)  # the whole command, its held worker included
+    proc.communicate()
+    killed = read_runs(runs)
+    assert sorted((r.seed, r.rung) for r in killed) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert len({r.map for r in killed}) == 1
+    saved = sorted(states.glob("*.pt"))
+    assert [p.name.split("-", 1)[1] for p in saved] == ["seed0-rung1.pt", "seed1-rung1.pt"]
+    for p in saved:  # a mark that only a pack continued from these states can carry into its rows
+        state = torch.load(p, weights_only=False)
+        state["path"]["wall_s"] += 1e6
+        torch.save(state, p)
+
+    final = run_without_ray(*args, env=ray_env)
+    assert final.returncode == 0, final.stderr[-2000:]
+    rows = read_runs(runs)
+    ok = sorted((r.map, r.seed, r.rung) for r in rows if r.status.value != "crashed")
+    assert ok == sorted((m, s, i) for m in MAPS for s in range(2) for i in range(3))
+    assert len(rows) == 18 and all(r.packed == 2 for r in rows)
+    continued = {(r.map, r.seed) for r in rows if r.wall_s > 1e6}
+    assert continued == {(killed[0].map, 0), (killed[0].map, 1)}
+    assert all(r.rung == 2 for r in rows if r.wall_s > 1e6)
+    assert not list((results / "pk").rglob("*.pt"))  # removed once their ladders are recorded
+    assert_study_closed(trials(results, "pk"))
+    whole = run_without_ray(*[a if a != "pk" else "whole" for a in args], env=ray_env)  # the same, never killed
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert numbers(rows) == numbers(read_runs(results / "whole" / "runs.csv"))  # bit for bit
+
+
 @pytest.mark.e2e
 def test_a_local_worker_that_dies_is_one_short_line_and_its_unit_runs_again(space_file, tmp_path, ray_env):
     """Every worker process is killed as it starts its second training: the search records

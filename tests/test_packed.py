@@ -4,6 +4,7 @@ tolerance (helpers.PACKED_TOL), per-seed clipping and divergence, ladders and sa
 that move between packed and separate trainings."""
 
 import dataclasses
+import functools
 import math
 import weakref
 
@@ -189,6 +190,51 @@ def test_saved_states_move_between_packed_and_separate_trainings(corpus, tmp_pat
         assert (p.seed, p.rung) == (a.seed, a.rung) and abs(p.val_loss - a.val_loss) < TOL["fp32"]
 
 
+def numbers(rows):
+    """What a row says of its training (not its seconds), by (map, seed, rung)."""
+    return {(r.map, r.seed, r.rung): (r.status, r.val_loss, r.train_loss, r.curve, r.eval_windows, r.steps, r.tokens)
+            for r in rows}
+
+
+@pytest.mark.parametrize("unit", ["seeds-stacked", "seeds-vmap", "candidates"])
+def test_a_packed_ladder_saves_every_seed_at_every_rung_and_resumes_from_any_to_the_same_rows(corpus, tmp_path,
+                                                                                            unit):
+    """A three-rung ladder packed (the seeds of one map, stacked or through vmap, or two maps
+    stacked) with ``save_rungs`` writes each model's state at rungs 0 and 1 in a separate
+    training's format; the pack resumed from either rung's states (what a killed unit does)
+    records the missing rungs bit for bit as the run never stopped, and a seed continued alone
+    from the pack's state gives its rows within the packed tolerance."""
+    from searchmaps.train import train_stacked
+
+    kw = {"schedule": "wsd", "tokens": STEPS_50 * 3 // 2}
+    horizons = [STEPS_50 // 2, STEPS_50, STEPS_50 * 3 // 2]
+    if unit == "candidates":
+        specs = [tiny_spec(reuse=m, seed=0, **kw) for m in ("2,1", "1,2")]
+        together = train_stacked
+    else:
+        specs = seeds(2, reuse="2,1", **kw)
+        together = functools.partial(train_packed, stacked=unit == "seeds-stacked")
+    files = [[tmp_path / f"m{k}-rung{i}.pt" for i in range(2)] for k in range(len(specs))]
+    whole = together(specs, horizons, corpus, save_rungs=files)
+    assert [(r.seed, r.rung, r.status) for r in whole] == [(s.seed, i, Status.OK) for s in specs for i in range(3)]
+    steps = [make_ladder(specs[0], horizons).starts[i] for i in range(2)]
+    for k, spec in enumerate(specs):
+        for i in range(2):
+            state = torch.load(files[k][i], weights_only=False)
+            key, path = state["key"], state["path"]
+            assert (key["seed"], key["step"], path["step"]) == (spec.seed, steps[i], steps[i])
+            assert set(state["model"]) == set(LoopedLM(spec.model).state_dict())  # one model's, not the stack's
+    expected = numbers(whole)
+    for first in (1, 2):
+        resumed = together(specs, horizons, corpus, first=first, record=range(first, 3),
+                           resume=[f[first - 1] for f in files])
+        assert sorted(numbers(resumed)) == sorted(k for k in expected if k[2] >= first)
+        assert all(expected[k] == v for k, v in numbers(resumed).items())  # bit for bit
+    for k, spec in enumerate(specs):  # a later unit need not be packed: each seed goes on alone
+        on = train_ladder(spec, horizons, corpus, first=2, resume=files[k][1])
+        assert len(on) == 1 and abs(on[0].val_loss - expected[(on[0].map, spec.seed, 2)][1]) < TOL["fp32"]
+
+
 @pytest.mark.parametrize("unit", ["seeds-stacked", "seeds-vmap", "candidates"])
 def test_a_unit_out_of_memory_fails_each_of_its_trainings_and_the_next_unit_trains(corpus, monkeypatch, unit):
     """A unit of three models whose step runs out of device memory at its 61st step (after
@@ -231,6 +277,13 @@ def test_a_unit_out_of_memory_fails_each_of_its_trainings_and_the_next_unit_trai
     assert_same(train_packed_or_fail(small, horizons=horizons, last=1, **extra), alone(small, corpus, horizons),
                 TOL["fp32"], models=2)
     assert made[-1]() is None
+
+
+def test_save_rungs_hold_a_list_of_files_per_seed(corpus, tmp_path):
+    specs = seeds(2, schedule="wsd", tokens=STEPS_50)
+    with pytest.raises(ValueError, match="save_rungs holds 1 lists of files, one per seed of the 2 packed"):
+        train_packed(specs, [STEPS_50 // 2, STEPS_50], corpus, save_rungs=[[tmp_path / "a.pt"]])
+    assert not list(tmp_path.iterdir())
 
 
 def test_packed_specs_must_be_one_candidate(corpus):

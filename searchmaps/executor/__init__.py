@@ -111,7 +111,7 @@ def train_unit(config: dict, report: Report) -> None:
         recs = train_packed_or_fail([TrialSpec.from_dict(s) for s in config["specs"]],
                                     vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
                                     last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                                    save=config.get("save"), on_rung=on_rung)
+                                    save=config.get("save"), save_rungs=config.get("save_rungs"), on_rung=on_rung)
     else:
         recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
                              last=config.get("last", 0), record=config.get("record") or None, resume=resume,

@@ -185,6 +185,7 @@ def train_packed(
     last: int | None = None,
     resume: Sequence[str | os.PathLike] | None = None,
     save: Sequence[str | os.PathLike | None] | None = None,
+    save_rungs: Sequence[Sequence[str | os.PathLike | None] | None] | None = None,
     on_rung: Callable[[RunRecord], None] | None = None,
     progress: bool = False,
     sync_every: int | None = None,
@@ -192,10 +193,13 @@ def train_packed(
 ) -> list[RunRecord]:
     """:func:`train_ladder` for several seeds of one candidate trained as one
     (:mod:`.packed`): ``specs`` differ in their seed only; ``resume`` and ``save`` hold a
-    state file per seed. Returns every seed's records (seed, then rung), each with
-    ``packed`` = the number of seeds; a seed that fails is recorded failed while the others
-    go on. An error that is not a training's own (out of memory: the unit did not fit) fails
-    every seed's rungs not yet recorded, and the unit's tensors are freed before this returns.
+    state file per seed, ``save_rungs`` a list per seed of a file per rung (each seed's state
+    at every rung's cooldown start, in a separate training's format: a killed pack resumes
+    from its last finished rung, packed or seed by seed alone). Returns every seed's records
+    (seed, then rung), each with ``packed`` = the number of seeds; a seed that fails is
+    recorded failed while the others go on. An error that is not a training's own (out of
+    memory: the unit did not fit) fails every seed's rungs not yet recorded, and the unit's
+    tensors are freed before this returns.
     ``stacked``: the stacked model or ``vmap`` (None: the stacked model wherever it applies)."""
     specs = list(specs)
     spec = specs[0]
@@ -203,7 +207,8 @@ def train_packed(
     if len({s.seed for s in specs}) != len(specs) or len(same) != 1:
         raise ValueError("packed seeds must be one candidate's config with distinct seeds")
     return _train_together(specs, horizons, corpus, record=record, first=first, last=last, resume=resume, save=save,
-                           on_rung=on_rung, progress=progress, sync_every=sync_every, stacked=stacked)
+                           save_rungs=save_rungs, on_rung=on_rung, progress=progress, sync_every=sync_every,
+                           stacked=stacked)
 
 
 def train_stacked(specs: Sequence[TrialSpec], horizons: Sequence[float] | None = None, corpus: Corpus | None = None,
@@ -224,14 +229,15 @@ def train_stacked(specs: Sequence[TrialSpec], horizons: Sequence[float] | None =
     return _train_together(specs, horizons, corpus, **kwargs)
 
 
-def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None, resume=None, save=None, on_rung=None,
-                    progress=False, sync_every=None, stacked=None):
+def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None, resume=None, save=None,
+                    save_rungs=None, on_rung=None, progress=False, sync_every=None, stacked=None):
     from .packed import PackedHistory, PackedRungs, PackedTraining
 
     spec = specs[0]
     corpus, device, lad, last, wanted = _prepare(spec, horizons, corpus, record, first, last, resume)
     lads = [make_ladder(s, horizons) for s in specs]
     n = len(specs)
+    per_rung = _per_rung(save_rungs, n, lad.rungs)
     scored = scored_tokens(corpus, spec)
     per_seed = [RungRecords(lads[k], {i: describe(lads[k].specs[i], corpus.fingerprint).replace(
         device=device, rung=i, packed=n, eval_tokens_scored=scored, train_split_tokens=len(corpus.train))
@@ -249,7 +255,7 @@ def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None,
         training = PackedTraining(specs, lads, corpus, device, bar, sync_every, stacked=stacked)
         if resume is not None:
             history = training.load(resume, first - 1)
-        climb(lad, training, history, rungs, first, last, save=save)
+        climb(lad, training, history, rungs, first, last, save=save, save_rungs=per_rung)
     except (RuntimeError, MemoryError) as exc:  # out of memory included: every model's rungs not yet recorded fail
         rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
     finally:
@@ -261,6 +267,17 @@ def _train_together(specs, horizons, corpus, *, record=None, first=0, last=None,
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     return rungs.records
+
+
+def _per_rung(save_rungs, n: int, rungs: int) -> list[list] | None:
+    """A pack's ``save_rungs`` (a list of files per seed, or None) as climb takes them: for
+    each rung, a file per seed (None: that seed's state is not saved there)."""
+    if save_rungs is None:
+        return None
+    per_seed = [list(files or ()) for files in save_rungs]
+    if len(per_seed) != n:
+        raise ValueError(f"save_rungs holds {len(per_seed)} lists of files, one per seed of the {n} packed")
+    return [[files[i] if i < len(files) else None for files in per_seed] for i in range(rungs)]
 
 
 def train_packed_or_fail(specs: Sequence[TrialSpec], vocab_size: int | None = None,

@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .. import faults
 from ..config import TrialSpec
 from ..data import Corpus, train_batches
 from ..model import LoopedLM
@@ -357,6 +358,7 @@ class PackedTraining(StepMachinery):
                 alive = self._alive_mask(history)
                 pending.append((step, self._step(rates[step - first], alive)))
                 history.step = step
+                faults.point("packed-step")
                 if self.bar is not None:
                     self.bar.update(1)
                 if step in evals or len(pending) >= self.sync_every or step == until:
