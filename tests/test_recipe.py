@@ -407,3 +407,25 @@ def test_ilr_evaluation_scores_every_held_out_row_up_to_ilr_count():
     assert sum(len(x) for x, _ in batches) == ILR_EVAL_ROWS
     assert sum(y.numel() for _, y in batches) == ILR_EVAL_ROWS * 3  # seq_len - 1 targets a row
     assert sum(len(x) for x, _ in ilr_val_batches(many, 512, 4, max_tokens=40)) == 10  # fewer asked: fewer
+
+
+def test_eval_every_reaches_a_search_and_a_training_alike(tmp_path):
+    """--eval-every is one flag of searchmaps.run and searchmaps.train (a large held-out set makes
+    each curve point cost what a stretch of training does): it enters the plan's recipe and the
+    protocol a resumed study compares; a horizon's end is scored whatever its value."""
+    from searchmaps.cli.train import build_parser as build_train_parser, spec_from_args
+    from searchmaps.schedule import make_ladder
+
+    args = build_search_parser().parse_args(["--space", "ilr4", "--budget-flops", "2e7", "--preset", "ilr-micro",
+                                             "--tokens", "131072,524288", "--schedule", "wsd", "--eval-every",
+                                             "1000", "--dry-run", "--results-dir", str(tmp_path)])
+    plan = build_plan(args)
+    assert plan.space.train.eval_every == 1000 and plan.protocol()["train"]["eval_every"] == 1000
+    spec = plan.spec(plan.candidates[0], 0)
+    ladder = make_ladder(spec, plan.ladder)
+    assert [ladder.eval_steps(r) for r in range(2)] == [[2], [8]]  # the rungs' ends only
+    default = build_plan(build_search_parser().parse_args(["--space", "ilr4", "--budget-flops", "2e7", "--dry-run",
+                                                           "--results-dir", str(tmp_path)]))
+    assert "eval_every" not in default.protocol()["train"] or default.protocol()["train"]["eval_every"] == 0
+    train_args = build_train_parser().parse_args(["--preset", "ilr-micro", "--attention", "sdpa", "--eval-every", "7"])
+    assert spec_from_args(train_args).train.eval_every == 7

@@ -120,6 +120,10 @@ def add_proxy_args(g, search: bool) -> None:
     g.add_argument("--warmup-steps", type=count, default=None,
                    help="steps of warm-up, instead of --warmup-frac (a ladder's rungs record theirs here)")
     g.add_argument("--eval-tokens", type=count, default=None, help="held-out tokens per validation" + own("32768"))
+    g.add_argument("--eval-every", type=int, default=None, metavar="STEPS",
+                   help="steps between a training's validation points (its curve; each scores --eval-tokens, so "
+                        "with a large held-out set fewer points save time; a horizon's end is always scored); "
+                        "default: 5 per run" + (", or the space's" if search else ""))
     g.add_argument("--decay-gains", action=argparse.BooleanOptionalAction, default=None,
                    help="weight decay on every parameter, RMSNorm gains included (ILR); default off: gains exempt")
     g.add_argument("--micro-batch", type=int, default=None, metavar="N",

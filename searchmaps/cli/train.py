@@ -33,7 +33,6 @@ def build_parser() -> Parser:
     add_proxy_args(g, search=False)
     g.add_argument("--warmup-frac", type=number, default=None, help="share of steps in linear warm-up (default 0.1)")
     g.add_argument("--weight-decay", type=number, default=None, help="AdamW weight decay (default 0.01)")
-    g.add_argument("--eval-every", type=int, default=None, help="steps between validation points (default: 5 per run)")
     add_runtime_args(p)
     p.add_argument("--runs", default=None,
                    help="also append the records to this runs.csv (a study folder's; rows it holds are kept)")
