@@ -19,10 +19,14 @@ Each technique is a switch of :class:`StepOptions` (the benchmark turns them off
   compiled forward and backward (the spec's ``--compile``);
 - ``cuda_graph`` (opt-in): on CUDA the whole step (gather, forward, backward, clip, update) captured once
   as a CUDA graph and replayed, its inputs (starts, learning rate, live seeds) static tensors.
+  It gathers its batches on the device, so it needs ``device_tokens`` (refused without them), and
+  every step of such a training, warm-up, capture and evaluation alike, runs under one autocast
+  setting (:func:`step_autocast`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 from collections.abc import Sequence
@@ -30,7 +34,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from ..config import TrialSpec
+from ..config import ConfigError, TrialSpec
 from ..data import Corpus
 from .step import adamw
 
@@ -45,6 +49,11 @@ class StepOptions:
     vector_clip: bool = True  # per-seed clipping in foreach kernels
     compile_step: bool | None = None  # clip + update compiled (None: the spec's --compile)
     cuda_graph: bool = False  # whole step as a CUDA graph (CUDA only; opt-in until its test has run on a GPU)
+
+    def __post_init__(self):
+        if self.cuda_graph and self.device_tokens is False:  # the graph gathers from the resident tokens
+            raise ConfigError("cuda_graph needs the training tokens on the device: leave device_tokens on "
+                              "(or None), or turn cuda_graph off")
 
     def resolved(self, device: str, compile: bool) -> "StepOptions":
         cuda = device.startswith("cuda")
@@ -101,6 +110,18 @@ def to_device(values: Sequence[float], dtype: torch.dtype, device: str) -> torch
     if device.startswith("cuda"):
         host = host.pin_memory()
     return host.to(device, non_blocking=True)
+
+
+def step_autocast(device: str, precision: str, graphed: bool):
+    """The autocast a packed training's forward runs under: bf16 for ``precision`` bf16; for a
+    ``graphed`` step without autocast's cache of cast weights, which a captured graph cannot
+    keep. Warm-up, capture and evaluation alike take it: dynamo guards on the cache flag, so a
+    warm-up under another setting than the capture's would compile (and autotune) again inside
+    the capture."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                          cache_enabled=False if graphed else None)
 
 
 def lr_dtype(device: str) -> torch.dtype:
