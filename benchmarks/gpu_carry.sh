@@ -39,7 +39,8 @@ PY
   mapfile -t files <<<"$listing"
 fi
 mkdir -p .carry/wheels
-$PY -m pip download -q --only-binary=:all: --python-version 3.12 --platform manylinux2014_x86_64 \
+# Python 3.12, the GPU machine's (CARRY_PYTHON: another, for a rehearsal on a CPU with another Python)
+$PY -m pip download -q --only-binary=:all: --python-version "${CARRY_PYTHON:-3.12}" --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 --no-deps -d .carry/wheels \
     optuna alembic sqlalchemy mako markupsafe colorlog pyyaml packaging typing_extensions
 if [ "${#files[@]}" -gt 0 ]; then

@@ -315,3 +315,17 @@ def test_losses_read_every_few_steps_stop_a_failing_seed_at_the_step_it_failed(c
         histories.append(history)
     for a, b in zip(*(h.seeds for h in histories)):
         assert a.losses == b.losses
+
+
+def test_the_gpu_paths_on_a_cpu_change_no_number(corpus, monkeypatch):
+    """SEARCHMAPS_GPU_PATHS=1 (the GPU plan's rehearsal): a CPU training takes a GPU's defaults,
+    resident tokens, losses read every 50 steps and validation regrouped, with the same numbers."""
+    specs = seeds(2)
+    plain = packed(corpus, specs)
+    monkeypatch.setenv("SEARCHMAPS_GPU_PATHS", "1")
+    gpu = packed(corpus, specs)
+    assert (gpu.options.device_tokens, gpu.sync_every, len(gpu.val)) == (True, 50, 1) and len(plain.val) > 1
+    assert (plain.options.device_tokens, plain.sync_every) == (False, 1)
+    histories = [run(t, STEPS) for t in (plain, gpu)]
+    assert same_weights(plain, gpu) and [h.losses for h in histories[0].seeds] == [h.losses for h in histories[1].seeds]
+    assert all(abs(a - b) < 1e-6 for a, b in zip(plain.evaluate(), gpu.evaluate()))

@@ -50,8 +50,8 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
-from .packed_step import (GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, step_autocast,
-                          to_device)
+from .packed_step import (GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, gpu_paths,
+                          step_autocast, to_device)
 from .stacked import StackedLM, stack_problem
 from .step import DIVERGENCE_WINDOW, Guard, Stop, validation_batches
 
@@ -103,7 +103,7 @@ class PackedRungs:
 def default_sync_every(device: str) -> int:
     """Steps between reads of the losses: every step on CPU (the checks a separate training
     makes), 50 on a GPU (a read waits for the device)."""
-    return 1 if device == "cpu" else 50
+    return 1 if device == "cpu" and not gpu_paths() else 50
 
 
 def pack_problem(specs: Sequence[TrialSpec], lads: Sequence[Ladder]) -> str | None:
@@ -200,7 +200,7 @@ class PackedTraining(StepMachinery):
         self.templates = {s.model: m.to(device) for s, m in reversed(list(zip(specs, models)))}
         self.micro_batch = t.micro_batch
         self.val = validation_batches(corpus, spec)
-        if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
+        if device != "cpu" or gpu_paths():  # on a GPU validation in large batches: the same windows, fewer launches
             self.val = regroup(self.val, eval_chunk_tokens(self.n, cfg.vocab_size))
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed, t.sampling) for s in specs]
         self._setup_step(step or StepOptions(), spec, corpus)

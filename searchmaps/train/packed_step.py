@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -60,12 +61,19 @@ class StepOptions:
         step = compile if self.compile_step is None else self.compile_step
         return dataclasses.replace(
             self, read_ahead=DEFAULT_READ_AHEAD if self.read_ahead is None else self.read_ahead,
-            device_tokens=cuda if self.device_tokens is None else self.device_tokens,
+            device_tokens=(cuda or gpu_paths()) if self.device_tokens is None else self.device_tokens,
             # the graph reads the rate from its tensor (a float would be frozen into it at capture)
             compile_step=step, cuda_graph=bool(self.cuda_graph and cuda and self.tensor_lr))
 
 
 DEFAULT_READ_AHEAD = 64  # steps of window starts per copy
+
+
+def gpu_paths() -> bool:
+    """``SEARCHMAPS_GPU_PATHS=1``: a packed training on a CPU takes a GPU's defaults (resident
+    tokens, losses read every 50 steps, validation regrouped), none of which changes a number,
+    so a CPU rehearsal (``benchmarks/gpu_check.sh --rehearse``) runs the code a GPU runs."""
+    return os.environ.get("SEARCHMAPS_GPU_PATHS") == "1"
 
 
 class StartsAhead:
