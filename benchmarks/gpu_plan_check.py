@@ -17,7 +17,7 @@ from pathlib import Path
 # what a rehearsal on a CPU may change: the device, the model's and the study's sizes, the benchmark's
 SIZES = frozenset({"--device", "--d-model", "--heads", "--ffn-hidden", "--seq-len", "--max-positions",
                    "--batch-size", "--micro-batch", "--tokens", "--eval-tokens", "--seeds", "--pack-seeds",
-                   "--maps", "--tiny", "--steps", "--warmup", "--only"})
+                   "--maps", "--tiny", "--steps", "--warmup", "--only", "--rows"})
 
 
 def options(args: list[str]) -> list[tuple[str, tuple[str, ...]]]:

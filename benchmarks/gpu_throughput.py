@@ -155,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch.compile the forward (default on on CUDA, off on a CPU); the study's eager row is off")
     p.add_argument("--ablations", action="store_true", help="also the study with each technique switched off")
     p.add_argument("--cuda-graph", action="store_true", help="also the study with the whole step as a CUDA graph")
+    p.add_argument("--rows", type=int, default=0, help="stop after this many rows of a protocol (default 0: all)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on a CPU (default 1)")
     p.add_argument("--jsonl", default=None, help="append each row to this file as one JSON line when measured")
     args = p.parse_args(argv)
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{proto.name}\n{'row':<62} {'models':>6} {'units':>5} {'tokens/s':>12} {'TFLOP/s':>8} "
               f"{'of peak':>8} {'peak GB':>8} {'vs today':>9}", flush=True)
         today = None
-        for label, case_units, stacked, options in cases:
+        for label, case_units, stacked, options in cases[:args.rows or None]:
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()

@@ -126,11 +126,12 @@ def test_the_benchmark_keeps_every_row_it_measured_when_killed(tmp_path):
 @pytest.mark.e2e
 def test_the_rehearsal_takes_the_plans_commands_through_every_phase(tmp_path):
     """The whole rehearsal (pip download of the wheels included): exit 0, every phase stamped at
-    its start and end, the tests' results in junit.xml in the plan's order, the study's row of
-    the benchmark first, the commands the plan's but for the device and sizes."""
+    its start and end, the tests' results in junit.xml in the plan's order, the benchmark's study
+    row (eager: --rows 1), the study run to its end (compiled) with every row, the commands the
+    plan's but for the device and sizes."""
     out = tmp_path / "out"
     res = subprocess.run(["bash", str(CHECK), str(out), str(tmp_path / "study"), "--rehearse"], capture_output=True,
-                         text=True, cwd=REPO, env=env(TMPDIR=str(tmp_path)), timeout=900)
+                         text=True, cwd=REPO, env=env(TMPDIR=str(tmp_path)), timeout=3600)
     log = (out / "gpu_check.log").read_text()
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-2000:]
     assert "its commands against the GPU plan: same" in res.stdout
@@ -139,9 +140,11 @@ def test_the_rehearsal_takes_the_plans_commands_through_every_phase(tmp_path):
     assert differences(plan(), (out / "commands.txt").read_text()) == []
     cases = [c.get("name") for c in ET.parse(out / "junit.xml").getroot().iter("testcase")]
     assert cases[0] == "test_stacked_forward_and_backward_on_the_fused_attention_kernels"
-    first = json.loads((out / "throughput.jsonl").read_text().splitlines()[0])
-    assert first["row"].startswith("study: 11 maps x 5 seeds, one unit") and first["compile"] is False
+    rows = [json.loads(line) for line in (out / "throughput.jsonl").read_text().splitlines()]
+    assert [(r["row"], r["compile"]) for r in rows] == [("study: 11 maps x 5 seeds, one unit, compile off", False)]
     with tarfile.open(out / "study.tar.gz") as tar:
-        assert any(name.endswith("study.json") for name in tar.getnames())
+        runs = next(m for m in tar.getmembers() if m.name.endswith("runs.csv"))
+        lines = tar.extractfile(runs).read().decode().splitlines()
+    assert len(lines) == 1 + 2 * 2 * 2  # 2 maps x 2 seeds x 2 rungs, each row recorded
     assert not list(tmp_path.glob("gpu-rehearsal.*"))  # its working folder removed
     shutil.rmtree(out / "study", ignore_errors=True)
