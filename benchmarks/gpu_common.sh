@@ -43,20 +43,23 @@ print("data: the committed stdlib bytes,", {k: len(d[k]) for k in ("train", "val
 PY
 }
 
-# what benchmarks/gpu_carry.sh put in .carry/ for a machine with torch but no Optuna:
-#   carried_wheels   installs .carry/wheels/*.whl (Optuna and its small dependencies) into
-#                    /tmp/pydeps, without their dependencies and without the network, and puts
-#                    it on PYTHONPATH; nothing when there is no .carry/wheels
-#   carried_data     unpacks .carry/data.tar.xz (a corpus folder: train.bin, val.bin, meta.json)
-#                    to /tmp/carried-data and prints that path; nothing when there is none
+# what benchmarks/gpu_carry.sh put in $CARRY (default .carry/) for a machine with torch but no Optuna:
+#   carried_wheels   installs $CARRY/wheels/*.whl (Optuna and its small dependencies) into
+#                    $PYDEPS (default /tmp/pydeps), without their dependencies and without the
+#                    network, and puts it on PYTHONPATH; nothing when there is no $CARRY/wheels
+#   carried_data     unpacks $CARRY/data.tar.xz (a corpus folder: train.bin, val.bin, meta.json and
+#                    the files meta.json seals) to $CARRIED_DATA (default /tmp/carried-data) and
+#                    prints that path; nothing when there is none
 carried_wheels() {
-  [ -d .carry/wheels ] || return 0
+  local carry=${CARRY:-.carry} target=${PYDEPS:-/tmp/pydeps}
+  [ -d "$carry/wheels" ] || return 0
   $PY -c "import optuna" 2>/dev/null && return 0
-  $PY -m pip install -q --no-index --no-deps --target /tmp/pydeps .carry/wheels/*.whl >/dev/null \
-    && export PYTHONPATH=/tmp/pydeps:$PYTHONPATH
+  $PY -m pip install -q --no-index --no-deps --target "$target" "$carry"/wheels/*.whl >/dev/null \
+    && export PYTHONPATH=$target:$PYTHONPATH
 }
 
 carried_data() {
-  [ -f .carry/data.tar.xz ] || return 0
-  mkdir -p /tmp/carried-data && tar -xJf .carry/data.tar.xz -C /tmp/carried-data && echo /tmp/carried-data
+  local carry=${CARRY:-.carry} target=${CARRIED_DATA:-/tmp/carried-data}
+  [ -f "$carry/data.tar.xz" ] || return 0
+  mkdir -p "$target" && tar -xJf "$carry/data.tar.xz" -C "$target" && echo "$target"
 }

@@ -5,18 +5,22 @@ vocabulary 1,024) and the committed byte protocol (context 128, 16 sequences, vo
 it times the training step (forward, backward, per-model clipping, AdamW; validation not
 timed) of
 
+  study, eager        ILR's 11 maps x 5 seeds (spaces/ilr-table1.toml) as one stacked training,
+                      torch.compile off (no compile to wait for: the first figure of a short run)
+  study               the same, compiled as the answer study trains (compile on on CUDA)
   one model           one seed of 4,2,1,1, the trainer's path with every technique on
   5 seeds             5 seeds of 4,2,1,1 as one packed training
-  study               ILR's 11 maps x 5 seeds (spaces/ilr-table1.toml) as one stacked training
   today               the same 55 trainings the way the trainer ran them before issue 32: one
                       vmap unit per map (math attention on CUDA), a host copy of each batch, a
                       float learning rate, per-tensor clipping; the units one after another (as
-                      processes time-slicing one GPU at best reach together)
+                      processes time-slicing one GPU at best reach together; 11 compiles)
 
-and the study once more with each technique switched off in turn: the stacked model (vmap per
-map instead), several candidates in one unit (one stacked unit per map), the read-ahead of
-window starts, the resident token buffer, the tensor learning rate, foreach clipping, the
-compiled clip and update, the CUDA graph (opt-in, measured only with --cuda-graph).
+in that order, ILR's preset first, and with --ablations the study once more with each technique
+switched off in turn: the stacked model (vmap per map instead), several candidates in one unit
+(one stacked unit per map), the read-ahead of window starts, the resident token buffer, the
+tensor learning rate, foreach clipping, the compiled clip and update, the CUDA graph (opt-in,
+measured only with --cuda-graph). Each row is printed, and written to --jsonl as one JSON line,
+the moment it is measured: a run killed at its deadline keeps every row it finished.
 
 Columns: tokens/s (all models together), model TFLOP/s (searchmaps.flops: training = 3 x
 forward, attention counted in full), the share of the bf16 matrix-product peak measured in the
@@ -25,7 +29,7 @@ the ratio to *today*. Goals on one H100 or H200 (ILR's preset): the study >= 10 
 >= 20 % of the bf16 peak, >= 5x today.
 
     .venv/bin/python benchmarks/gpu_throughput.py --tiny          # CPU: d 32, context 64, the same rows
-    python benchmarks/gpu_throughput.py --device cuda --json OUT.json
+    python benchmarks/gpu_throughput.py --device cuda --jsonl OUT.jsonl [--ablations]
 
 Figures are from one run on one host: compare them within the run only. The corpus is
 random tokens (the speed does not depend on the text); the models are built as the trainer
@@ -148,10 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first, compiles included (default 2, 4)")
     p.add_argument("--only", choices=("ilr", "bytes"), default=None, help="one protocol")
     p.add_argument("--compile", choices=("on", "off"), default=None,
-                   help="torch.compile the forward (default on on CUDA, off on a CPU)")
+                   help="torch.compile the forward (default on on CUDA, off on a CPU); the study's eager row is off")
+    p.add_argument("--ablations", action="store_true", help="also the study with each technique switched off")
     p.add_argument("--cuda-graph", action="store_true", help="also the study with the whole step as a CUDA graph")
+    p.add_argument("--rows", type=int, default=0, help="stop after this many rows of a protocol (default 0: all)")
     p.add_argument("--threads", type=int, default=1, help="torch threads on a CPU (default 1)")
-    p.add_argument("--json", default=None, help="also write the rows to this file")
+    p.add_argument("--jsonl", default=None, help="append each row to this file as one JSON line when measured")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     cuda = device.startswith("cuda")
@@ -167,56 +173,68 @@ def main(argv: list[str] | None = None) -> int:
     print(f"device: {name}; torch {torch.__version__}; {precision}; compile {'on' if compile else 'off'}; "
           f"{precision} matmul peak measured here {peak / 1e12:.2f} TFLOP/s; {steps} timed steps a row after "
           f"{warmup}", flush=True)
-    maps, rows = ilr_maps(), []
+    out = open(args.jsonl, "a", buffering=1) if args.jsonl else None  # line-buffered: each row on disk when written
+    maps = ilr_maps()
     for proto in protocols(tiny):
         if args.only and not proto.name.lower().startswith(args.only):
             continue
         corpus = corpus_for(proto.model.vocab_size, 1 << 22)
-        every = specs(proto, maps, SEEDS, precision, compile, device)
-        per_map = [specs(proto, [m], SEEDS, precision, compile, device) for m in maps]
-        cases = [("today: vmap per map, host in the loop", per_map, False, TODAY),
-                 ("one model", [specs(proto, [MAP], 1, precision, compile, device)], True, {}),
-                 (f"{SEEDS} seeds of {MAP}", [specs(proto, [MAP], SEEDS, precision, compile, device)], True, {})]
-        cases.append((f"study: {len(maps)} maps x {SEEDS} seeds, one unit", [every], True, {}))
-        default = StepOptions().resolved(device, compile)
-        for label, stacked, split, change in ABLATIONS:
-            if change and StepOptions(**change).resolved(device, compile) == default:
-                label += " (already off here)"  # e.g. resident tokens on a CPU: the row repeats the study's
-            cases.append((f"study, {label}", per_map if split else [every], stacked, change))
+
+        def units(map_list, seeds, split=False, comp=compile):
+            if split:
+                return [specs(proto, [m], seeds, precision, comp, device) for m in map_list]
+            return [specs(proto, map_list, seeds, precision, comp, device)]
+
+        study = f"study: {len(maps)} maps x {SEEDS} seeds, one unit"
+        # (label, units, stacked, StepOptions changes): the study first, eager before compiled
+        cases = [(f"{study}, compile off", units(maps, SEEDS, comp=False), True, {})] if compile else []
+        cases += [(study, units(maps, SEEDS), True, {}),
+                  ("one model", units([MAP], 1), True, {}),
+                  (f"{SEEDS} seeds of {MAP}", units([MAP], SEEDS), True, {}),
+                  ("today: vmap per map, host in the loop", units(maps, SEEDS, split=True), False, TODAY)]
+        if args.ablations:
+            default = StepOptions().resolved(device, compile)
+            for label, stacked, split, change in ABLATIONS:
+                if change and StepOptions(**change).resolved(device, compile) == default:
+                    label += " (already off here)"  # e.g. resident tokens on a CPU: the row repeats the study's
+                cases.append((f"study, {label}", units(maps, SEEDS, split=split), stacked, change))
         if args.cuda_graph and cuda:
-            cases.append(("study, whole step as a CUDA graph", [every], True, {"cuda_graph": True}))
+            cases.append(("study, whole step as a CUDA graph", units(maps, SEEDS), True, {"cuda_graph": True}))
         print(f"\n{proto.name}\n{'row':<62} {'models':>6} {'units':>5} {'tokens/s':>12} {'TFLOP/s':>8} "
               f"{'of peak':>8} {'peak GB':>8} {'vs today':>9}", flush=True)
-        measured = []
-        for label, units, stacked, options in cases:
+        today = None
+        for label, case_units, stacked, options in cases[:args.rows or None]:
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
+            t0 = time.perf_counter()
             try:
-                seconds = time_units(units, corpus, device, stacked, options, steps, warmup)
+                seconds = time_units(case_units, corpus, device, stacked, options, steps, warmup)
             except (RuntimeError, MemoryError) as exc:  # out of memory, a kernel torch refuses: say so, go on
                 print(f"{label:<62} failed: {str(exc).splitlines()[0][:120]}", flush=True)
+                if out:
+                    out.write(json.dumps({"protocol": proto.name, "row": label, "failed": str(exc).splitlines()[0],
+                                          "device": name}) + "\n")
                 continue
-            models = [s for u in units for s in u]
+            models = [s for u in case_units for s in u]
             tokens = steps * sum(tokens_per_step(s) for s in models)
             flops = steps * sum(tokens_per_step(s) * train_flops_per_token(s.model) for s in models)
-            row = {"protocol": proto.name, "row": label, "models": len(models), "units": len(units),
+            row = {"protocol": proto.name, "row": label, "models": len(models), "units": len(case_units),
                    "tokens_per_s": tokens / seconds, "tflops": flops / seconds / 1e12,
                    "of_peak": flops / seconds / peak, "peak_gb": peak_memory_gb(device), "device": name,
-                   "torch": torch.__version__, "precision": precision, "compile": compile}
-            measured.append(row)
-            today = next((r["tokens_per_s"] for r in measured if r["row"].startswith("today")), None)
-            vs = f"{row['tokens_per_s'] / today:>8.2f}x" if today else f"{'':>9}"
+                   "torch": torch.__version__, "precision": precision, "compile": models[0].train.compile,
+                   "row_s": time.perf_counter() - t0}
+            if row["row"].startswith("today"):
+                today = row["tokens_per_s"]
+            row["vs_today"] = row["tokens_per_s"] / today if today else None  # rows before today: from the file
+            if out:
+                out.write(json.dumps(row) + "\n")
+            vs = f"{row['vs_today']:>8.2f}x" if today else f"{'':>9}"
             print(f"{label:<62} {row['models']:>6} {row['units']:>5} {row['tokens_per_s']:>12,.0f} "
                   f"{row['tflops']:>8.3f} {row['of_peak']:>7.1%} {row['peak_gb']:>8.2f} {vs}", flush=True)
-        today = next((r["tokens_per_s"] for r in measured if r["row"].startswith("today")), None)
-        for r in measured:
-            r["vs_today"] = r["tokens_per_s"] / today if today else None
-        rows += measured
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
+    if out:
+        out.close()
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

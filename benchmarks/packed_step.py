@@ -28,7 +28,7 @@ from searchmaps.schedule import make_ladder, tokens_per_step
 from searchmaps.train.packed import PackedHistory, PackedTraining
 from searchmaps.train.packed_step import StepOptions
 
-OFF = {"read_ahead": {"read_ahead": 0}, "device_tokens": {"device_tokens": False},
+OFF = {"read_ahead": {"read_ahead": 0}, "device_tokens": {"device_tokens": False, "cuda_graph": False},
        "tensor_lr": {"tensor_lr": False}, "vector_clip": {"vector_clip": False},
        "compile_step": {"compile_step": False, "cuda_graph": False}, "cuda_graph": {"cuda_graph": False}}
 

@@ -236,3 +236,96 @@ def test_the_cuda_graph_step_gives_the_eager_numbers(corpus, precision):
     tol = 1e-5 if precision == "fp32" else 1e-2
     for a, b in zip(*(t.evaluate() for t in runs)):
         assert abs(a - b) < tol
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_cuda_graph_capture_compiles_nothing_the_warm_up_did_not(corpus):
+    """bf16, compiled: the graphed training compiles as many graphs as the eager one (a warm-up
+    under another autocast setting than the capture's made dynamo compile again inside it)."""
+    from torch._dynamo.utils import counters
+
+    specs = [dataclasses.replace(s, device="cuda") for s in seeds(3, precision="bf16", compile=True)]
+    graphs = []
+    for g in (False, True):
+        torch._dynamo.reset()
+        counters.clear()
+        t = PackedTraining(specs, [make_ladder(s) for s in specs], corpus, "cuda", step=StepOptions(cuda_graph=g))
+        run(t, 6)
+        graphs.append(counters["stats"]["unique_graphs"])
+    assert graphs[1] == graphs[0] > 0, graphs
+
+
+# ---------------------------------------------------------------------------- defects of issue 43
+
+def test_a_cuda_graph_without_resident_tokens_is_refused_in_one_line():
+    from searchmaps.config import ConfigError
+
+    with pytest.raises(ConfigError, match="^cuda_graph needs the training tokens on the device") as caught:
+        StepOptions(cuda_graph=True, device_tokens=False)
+    assert "\n" not in str(caught.value)
+    assert StepOptions(cuda_graph=True).resolved("cuda", False).device_tokens  # the default on CUDA: resident
+
+
+@pytest.mark.parametrize("graphed", [False, True])
+def test_warm_up_capture_and_evaluation_share_one_autocast_setting(graphed):
+    """What every step of a packed training enters (step_autocast): a graphed one without
+    autocast's weight cache in all of its steps, the others with the ambient setting."""
+    from searchmaps.train.packed_step import step_autocast
+
+    for _ in range(2):  # the same on every call (warm-up, then capture)
+        with step_autocast("cpu", "bf16", graphed):
+            assert torch.is_autocast_enabled("cpu") and torch.is_autocast_cache_enabled() is not graphed
+    with step_autocast("cpu", "fp32", graphed):
+        assert not torch.is_autocast_enabled("cpu")
+
+
+def test_evaluation_batches_are_sized_for_all_the_units_models():
+    """ILR's study unit (55 models, vocabulary 1,024) validates a micro-batch at a time, one model
+    alone 32 of them; each batch's logits for all models stay under the budget unless one
+    micro-batch is more."""
+    from searchmaps.train.packed import EVAL_CHUNK_LOGITS, eval_chunk_tokens, regroup
+
+    micro = [(torch.zeros(8, 1024, dtype=torch.long), torch.zeros(8, 1024, dtype=torch.long)) for _ in range(64)]
+    for models, windows in ((55, 8), (11, 16), (1, 256)):
+        batches = regroup(micro, eval_chunk_tokens(models, 1024))
+        assert max(x.shape[0] for x, _ in batches) == windows, models
+        assert sum(x.shape[0] for x, _ in batches) == 64 * 8
+        assert windows == 8 or models * windows * 1024 * 1024 <= EVAL_CHUNK_LOGITS
+
+
+def test_losses_read_every_few_steps_stop_a_failing_seed_at_the_step_it_failed(corpus):
+    """sync_every 4: seed 1's weights are made NaN after step 2, so its loss at step 3 is not
+    finite; the losses are read at steps 6 and 8. It stops at step 3 with the reason a
+    step-by-step check gives, its history ends at step 2, and the others train on to step 8
+    with the losses of sync_every 1."""
+    specs = seeds(3)
+    histories, reasons = [], []
+    for sync in (1, 4):
+        t = PackedTraining(specs, [make_ladder(s) for s in specs], corpus, "cpu", sync_every=sync)
+        history = run(t, 2)
+        with torch.no_grad():
+            for p in t.params.values():
+                p[1].fill_(float("nan"))
+        t.advance(history, 0, 8, set())
+        assert history.step == 8 and history.alive == [0, 2]
+        assert history.stopped[1][1] == "non-finite training loss (nan) at step 3"
+        assert history.seeds[1].step == 2 and len(history.seeds[1].losses) == 2
+        assert [len(history.seeds[s].losses) for s in (0, 2)] == [8, 8]
+        histories.append(history)
+    for a, b in zip(*(h.seeds for h in histories)):
+        assert a.losses == b.losses
+
+
+def test_the_gpu_paths_on_a_cpu_change_no_number(corpus, monkeypatch):
+    """SEARCHMAPS_GPU_PATHS=1 (the GPU plan's rehearsal): a CPU training takes a GPU's defaults,
+    resident tokens, losses read every 50 steps and validation regrouped, with the same numbers."""
+    specs = seeds(2)
+    plain = packed(corpus, specs)
+    monkeypatch.setenv("SEARCHMAPS_GPU_PATHS", "1")
+    gpu = packed(corpus, specs)
+    assert (gpu.options.device_tokens, gpu.sync_every, len(gpu.val)) == (True, 50, 1) and len(plain.val) > 1
+    assert (plain.options.device_tokens, plain.sync_every) == (False, 1)
+    histories = [run(t, STEPS) for t in (plain, gpu)]
+    assert same_weights(plain, gpu) and [h.losses for h in histories[0].seeds] == [h.losses for h in histories[1].seeds]
+    assert all(abs(a - b) < 1e-6 for a, b in zip(plain.evaluate(), gpu.evaluate()))

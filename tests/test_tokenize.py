@@ -182,3 +182,18 @@ def test_a_bpe_entry_without_hashes_is_rebuilt_and_a_bin_folder_of_ones_own_is_r
     warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("searchmaps:")]
     assert len(warnings) == 1 and str(entry / "meta.json") in warnings[0] and "no content hashes" in warnings[0]
     assert json.loads((entry / "meta.json").read_text()) == sealed
+
+
+def test_inspect_with_a_tokenizer_names_the_bpe_folder_to_carry(folder, tmp_path, monkeypatch, capsys):
+    """`searchmaps-data inspect DATA --tokenizer bpe:N` (benchmarks/gpu_carry.sh's advice) prints
+    the BPE folder --data DATA --tokenizer bpe:N trains on, with every file its meta.json seals."""
+    monkeypatch.setenv("SEARCHMAPS_CACHE", str(tmp_path / "cache"))
+    assert data_main(["inspect", str(folder), "--tokenizer", "bpe:300"]) == 0
+    lines = dict(line.split(None, 1) for line in capsys.readouterr().out.splitlines() if line.strip())
+    where = Path(lines["corpus"])
+    assert where.parent == tmp_path / "cache" and lines["tokenizer"].startswith("bpe:300/")
+    assert lines["documents"] == "40" and "bytes/token" in lines
+    assert set(json.loads((where / "meta.json").read_text())["sha256"]) == {"tokenizer.json", "train.bin", "val.bin"}
+    assert data_main(["inspect", str(folder), "--tokenizer", "wordpiece"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--tokenizer wordpiece" in err

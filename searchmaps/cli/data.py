@@ -19,10 +19,13 @@ def main(argv: list[str] | None = None) -> int:
     pp.add_argument("--out", required=True)
     pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
     pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english, english-large)")
+    pi.add_argument("--tokenizer", default=None,
+                    help="bytes or bpe:N: the corpus as --data DIR --tokenizer T trains on it (a named corpus's BPE "
+                         "folder, built into the cache if it is not there yet, and its path)")
     args = p.parse_args(argv)
     try:
         if args.cmd == "inspect":
-            print(inspect(args.dir))
+            print(inspect(args.dir, args.tokenizer))
             return 0
         kind, n = parse_tokenizer(args.tokenizer)
         if kind != "bpe":

@@ -10,16 +10,19 @@ from .sources import english_limit, english_tokens
 from .stage import load_corpus
 
 
-def inspect(folder: str) -> str:
-    """``python -m searchmaps.data inspect DIR``'s lines (DIR may also be ``english``,
-    ``english-large``, ``NAME:N`` or ``stdlib``)."""
-    corpus = load_corpus(folder)
-    if english_limit(folder) is not False:
+def inspect(folder: str, tokenizer: str | None = None) -> str:
+    """``python -m searchmaps.data inspect DIR [--tokenizer T]``'s lines (DIR may also be
+    ``english``, ``english-large``, ``NAME:N`` or ``stdlib``; with ``--tokenizer bpe:N`` a named
+    corpus is its BPE folder in the cache, built there if it is not yet, and the ``corpus`` line
+    names it: the folder ``benchmarks/gpu_carry.sh`` carries)."""
+    corpus = load_corpus(folder, tokenizer=tokenizer)
+    where = Path(corpus.name) if Path(corpus.name).is_dir() else None  # a folder of .bin files
+    if english_limit(folder) is not False and where is None:
         meta = dict(english_tokens(folder, None)[2])
         meta["bytes"] = {"train": meta["n_train"], "val": meta["n_val"]}
     else:
         try:
-            meta = json.loads((Path(folder) / "meta.json").read_text())
+            meta = json.loads(((where or Path(folder)) / "meta.json").read_text())
         except (OSError, ValueError):
             meta = {}
     n_tok = len(corpus.train) + len(corpus.val)

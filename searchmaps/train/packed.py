@@ -51,9 +51,10 @@ from ..schedule import Ladder, lr_at, tokens_per_step
 from .ladder import EvalCallback, state_key
 from .exit import evaluate_columns
 from .records import History, RungRecords
-from .packed_step import GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, to_device
+from .packed_step import (GraphedStep, StepMachinery, StepOptions, clip_per_seed, clip_per_tensor, gpu_paths,
+                          step_autocast, to_device)
 from .stacked import StackedLM, stack_problem
-from .step import DIVERGENCE_WINDOW, Guard, Stop, autocast, validation_batches
+from .step import DIVERGENCE_WINDOW, Guard, Stop, validation_batches
 
 
 @dataclasses.dataclass
@@ -103,7 +104,7 @@ class PackedRungs:
 def default_sync_every(device: str) -> int:
     """Steps between reads of the losses: every step on CPU (the checks a separate training
     makes), 50 on a GPU (a read waits for the device)."""
-    return 1 if device == "cpu" else 50
+    return 1 if device == "cpu" and not gpu_paths() else 50
 
 
 def pack_problem(specs: Sequence[TrialSpec], lads: Sequence[Ladder]) -> str | None:
@@ -135,7 +136,13 @@ def use_stacked(specs: Sequence[TrialSpec], stacked: bool | None = None) -> bool
     return stacked
 
 
-EVAL_CHUNK_TOKENS = 65_536  # validation tokens per seed in one batch off the CPU
+EVAL_CHUNK_LOGITS = 1 << 28  # logits (models x tokens x vocabulary) of one validation batch off the CPU
+
+
+def eval_chunk_tokens(models: int, vocab: int) -> int:
+    """Validation tokens a batch off the CPU holds for a unit of ``models`` models together (0.5 GiB
+    of bf16 logits, 1 GiB as fp32; a batch is never cut below its micro-batch, a training forward's size)."""
+    return max(1, EVAL_CHUNK_LOGITS // (models * vocab))
 
 
 def regroup(batches: list[tuple[torch.Tensor, torch.Tensor]], tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -194,8 +201,8 @@ class PackedTraining(StepMachinery):
         self.templates = {s.model: m.to(device) for s, m in reversed(list(zip(specs, models)))}
         self.micro_batch = t.micro_batch
         self.val = validation_batches(corpus, spec)
-        if device != "cpu":  # on a GPU validation runs in large batches: the same windows, fewer launches
-            self.val = regroup(self.val, EVAL_CHUNK_TOKENS)
+        if device != "cpu" or gpu_paths():  # on a GPU validation in large batches: the same windows, fewer launches
+            self.val = regroup(self.val, eval_chunk_tokens(self.n, cfg.vocab_size))
         self.batches = [train_batches(corpus, t.batch_size, cfg.seq_len, s.seed, t.sampling) for s in specs]
         self._setup_step(step or StepOptions(), spec, corpus)
         self.guard = Guard(cfg.vocab_size, self.lad.warmup)
@@ -244,10 +251,7 @@ class PackedTraining(StepMachinery):
     def _kernels(self):
         """Autocast for the precision, and the attention kernels packing can use."""
         with contextlib.ExitStack() as stack:
-            if self.precision == "bf16" and self.device.startswith("cuda") and torch.cuda.is_current_stream_capturing():
-                stack.enter_context(torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=False))
-            else:
-                stack.enter_context(autocast(self.device, self.precision))
+            stack.enter_context(step_autocast(self.device, self.precision, self.options.cuda_graph))
             stack.enter_context(warnings.catch_warnings())
             # CPU attention has no vmap rule: torch runs it seed by seed, and says so every step
             warnings.filterwarnings("ignore", message="There is a performance drop", category=UserWarning)

@@ -19,18 +19,23 @@ Each technique is a switch of :class:`StepOptions` (the benchmark turns them off
   compiled forward and backward (the spec's ``--compile``);
 - ``cuda_graph`` (opt-in): on CUDA the whole step (gather, forward, backward, clip, update) captured once
   as a CUDA graph and replayed, its inputs (starts, learning rate, live seeds) static tensors.
+  It gathers its batches on the device, so it needs ``device_tokens`` (refused without them), and
+  every step of such a training, warm-up, capture and evaluation alike, runs under one autocast
+  setting (:func:`step_autocast`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import os
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 
-from ..config import TrialSpec
+from ..config import ConfigError, TrialSpec
 from ..data import Corpus
 from .step import adamw
 
@@ -46,17 +51,29 @@ class StepOptions:
     compile_step: bool | None = None  # clip + update compiled (None: the spec's --compile)
     cuda_graph: bool = False  # whole step as a CUDA graph (CUDA only; opt-in until its test has run on a GPU)
 
+    def __post_init__(self):
+        if self.cuda_graph and self.device_tokens is False:  # the graph gathers from the resident tokens
+            raise ConfigError("cuda_graph needs the training tokens on the device: leave device_tokens on "
+                              "(or None), or turn cuda_graph off")
+
     def resolved(self, device: str, compile: bool) -> "StepOptions":
         cuda = device.startswith("cuda")
         step = compile if self.compile_step is None else self.compile_step
         return dataclasses.replace(
             self, read_ahead=DEFAULT_READ_AHEAD if self.read_ahead is None else self.read_ahead,
-            device_tokens=cuda if self.device_tokens is None else self.device_tokens,
+            device_tokens=(cuda or gpu_paths()) if self.device_tokens is None else self.device_tokens,
             # the graph reads the rate from its tensor (a float would be frozen into it at capture)
             compile_step=step, cuda_graph=bool(self.cuda_graph and cuda and self.tensor_lr))
 
 
 DEFAULT_READ_AHEAD = 64  # steps of window starts per copy
+
+
+def gpu_paths() -> bool:
+    """``SEARCHMAPS_GPU_PATHS=1``: a packed training on a CPU takes a GPU's defaults (resident
+    tokens, losses read every 50 steps, validation regrouped), none of which changes a number,
+    so a CPU rehearsal (``benchmarks/gpu_check.sh --rehearse``) runs the code a GPU runs."""
+    return os.environ.get("SEARCHMAPS_GPU_PATHS") == "1"
 
 
 class StartsAhead:
@@ -101,6 +118,18 @@ def to_device(values: Sequence[float], dtype: torch.dtype, device: str) -> torch
     if device.startswith("cuda"):
         host = host.pin_memory()
     return host.to(device, non_blocking=True)
+
+
+def step_autocast(device: str, precision: str, graphed: bool):
+    """The autocast a packed training's forward runs under: bf16 for ``precision`` bf16; for a
+    ``graphed`` step without autocast's cache of cast weights, which a captured graph cannot
+    keep. Warm-up, capture and evaluation alike take it: dynamo guards on the cache flag, so a
+    warm-up under another setting than the capture's would compile (and autotune) again inside
+    the capture."""
+    if precision != "bf16":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16,
+                          cache_enabled=False if graphed else None)
 
 
 def lr_dtype(device: str) -> torch.dtype:
