@@ -33,7 +33,7 @@
 # (default 540) caps the command in seconds; SKIP_CHECKS=1 goes straight to the study. The study's
 # rows and storage come back as OUT/study.tar.gz, its saved states apart (OUT/checkpoints.tar, only
 # where at most STATES_MAX_MB, default 40); both put in .carry/ let a fresh machine's command go on
-# from them (README, "Study state that comes back").
+# from them (benchmarks/gpu_plan.md, "Study state that comes back").
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 MODE=${3:-}
@@ -192,7 +192,7 @@ rc=$?
 [ "$MODE" = --plan ] && exit 0
 case "$rc" in 0) ;; 124|143) [ "$MODE" = --cpu ] && failed=1 ;; *) failed=1 ;; esac  # --cpu: to its end
 # the study's rows and storage always come back; its saved states (checkpoints/: about 12 bytes a
-# parameter a model, 13.6 MiB at d 128, README "Study state that comes back") only where they fit
+# parameter a model, 13.6 MiB at d 128, benchmarks/gpu_plan.md, "Study state that comes back") only where they fit
 # what OUT returns, else a rerun retrains a pack's missing rungs from token 0
 tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" --exclude='*/checkpoints' .
 states=$(cd "$STUDY_DIR" && find . -path './*/checkpoints/*.pt' | sort)
