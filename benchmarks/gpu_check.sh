@@ -184,17 +184,29 @@ if [ "$MODE" != --plan ] && [ -f .carry/study.tar.gz ] && mkdir -p "$STUDY_DIR" 
 fi
 left=$(( (${BUDGET:-540} - ($(date +%s) - t0) - 45) / SCALE ))  # phase multiplies it by SCALE again
 [ "$left" -lt 30 ] && left=30
+# the study's rows and storage under OUT every minute while it trains (benchmarks/study_snapshot.py:
+# the SQLite storage through its backup call), so a command killed at the device tool's cap still
+# returns every rung recorded by then; the last copy is written after the study
+if [ "$MODE" != --plan ]; then
+  rm -f "$OUT/.study-done"
+  ( while :; do
+      for _ in $(seq "${SNAPSHOT_EVERY:-60}"); do [ -e "$OUT/.study-done" ] && exit 0; sleep 1; done
+      $PY "$HERE/study_snapshot.py" "$STUDY_DIR" "$OUT/study.tar.gz"
+    done ) &
+  SNAPSHOTS=$!
+fi
 phase study "$left" -m searchmaps.run --space ilr-table1 --preset ilr-small --pe rope --budget-flops 1e8 \
   --schedule wsd --seeds 5 --executor local --workers 1 --pack-seeds 5 --pack-candidates 11 \
   --study ilr-table1-ilr-recipe --results-dir "$STUDY_DIR" --no-report --quiet --device "$DEVICE" --compile on \
   --data "${DATA:-stdlib}" --tokens 6.25e6,12.5e6,25e6,50e6,1e8 --eval-tokens 1e6 "${STUDY_SIZES[@]}"
 rc=$?
 [ "$MODE" = --plan ] && exit 0
+touch "$OUT/.study-done"; wait "$SNAPSHOTS" 2>/dev/null; rm -f "$OUT/.study-done"  # a snapshot under way ends first
 case "$rc" in 0) ;; 124|143) [ "$MODE" = --cpu ] && failed=1 ;; *) failed=1 ;; esac  # --cpu: to its end
 # the study's rows and storage always come back; its saved states (checkpoints/: about 12 bytes a
 # parameter a model, 13.6 MiB at d 128, benchmarks/gpu_plan.md, "Study state that comes back") only where they fit
 # what OUT returns, else a rerun retrains a pack's missing rungs from token 0
-tar -czf "$OUT/study.tar.gz" -C "$STUDY_DIR" --exclude='*/checkpoints' .
+$PY "$HERE/study_snapshot.py" "$STUDY_DIR" "$OUT/study.tar.gz" || failed=1
 states=$(cd "$STUDY_DIR" && find . -path './*/checkpoints/*.pt' | sort)
 if [ -n "$states" ]; then
   states_mb=$(( ($(cd "$STUDY_DIR" && du -cb $states | tail -1 | cut -f1) + 1048575) / 1048576 ))

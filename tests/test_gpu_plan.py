@@ -148,3 +148,38 @@ def test_the_rehearsal_takes_the_plans_commands_through_every_phase(tmp_path):
     assert len(lines) == 1 + 2 * 2 * 2  # 2 maps x 2 seeds x 2 rungs, each row recorded
     assert not list(tmp_path.glob("gpu-rehearsal.*"))  # its working folder removed
     shutil.rmtree(out / "study", ignore_errors=True)
+
+
+def test_a_snapshot_of_a_study_being_written_holds_its_rows_and_a_whole_storage(tmp_path):
+    """benchmarks/study_snapshot.py, which gpu_check.sh runs every minute of the study: the rows,
+    study.json and a readable copy of the SQLite storage, open in WAL mode with a commit not yet
+    checkpointed into the main file; no saved states, no WAL files, written whole or not at all."""
+    import sqlite3
+
+    from study_snapshot import snapshot
+
+    study = tmp_path / "studies" / "s"
+    (study / "checkpoints").mkdir(parents=True)
+    (study / "checkpoints" / "a.pt").write_bytes(b"\0" * 1000)
+    (study / "runs.csv").write_text("run_id,val_loss\nr1,2.5\n")
+    (study / "study.json").write_text("{}")
+    db = sqlite3.connect(study / "optuna.db")
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA wal_autocheckpoint=0")
+    db.execute("CREATE TABLE trials (n INTEGER)")
+    with db:
+        db.executemany("INSERT INTO trials VALUES (?)", [(i,) for i in range(50)])
+    assert (study / "optuna.db-wal").stat().st_size > 0  # the rows are in the WAL, not yet in optuna.db
+    archive = tmp_path / "out" / "study.tar.gz"
+    assert snapshot(tmp_path / "studies", archive) == 3
+    db.close()
+    with tarfile.open(archive) as tar:
+        names = sorted(tar.getnames())
+        tar.extractall(tmp_path / "back")
+    assert names == ["./s/optuna.db", "./s/runs.csv", "./s/study.json"]
+    back = sqlite3.connect(tmp_path / "back" / "s" / "optuna.db")
+    assert back.execute("SELECT COUNT(*) FROM trials").fetchone() == (50,)
+    assert not [p for p in archive.parent.iterdir() if p != archive]  # no partial file left beside it
+    out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "study_snapshot.py"), str(tmp_path / "none"),
+                          str(archive)], capture_output=True, text=True)
+    assert out.returncode == 2 and "not a folder" in out.stderr
