@@ -125,12 +125,21 @@ class ReuseMap:
     def is_block(self) -> bool:
         return self.block > 1
 
+    def loops(self) -> tuple[tuple[tuple[Pass, ...], ...], ...]:
+        """The one statement of what running this map means: its layer calls as loops of turns,
+        in order. A loop repeats one body (a turn) with the same weights, so a token can leave
+        it between two turns (per-token exit); an ILR map has a loop per layer, a turn per
+        repeat (``4,2,1,1``: layer 0 four times, then layer 1 twice, then layers 2 and 3);
+        ``block:K`` one loop whose turns are the whole stack, the input embedding added back
+        before each turn after the first."""
+        if self.is_block:
+            return (tuple(tuple(Pass(i, k, 0) for i in range(self.n_layers)) for k in range(self.block)),)
+        return tuple(tuple((Pass(i, 0, j),) for j in range(r)) for i, r in enumerate(self.repeats))
+
     def passes(self) -> tuple[Pass, ...]:
-        """Every applied layer call in order: the one statement of what running this map
-        means, which the model's forward and decode, the stacked trainer and the tests walk
-        (``4,2,1,1``: layer 0 four times, then layer 1 twice, then layers 2 and 3;
-        ``block:2``: layers 0..L-1, the input embedding added back, layers 0..L-1 again)."""
-        return tuple(Pass(i, k, j) for k in range(self.block) for i, r in enumerate(self.repeats) for j in range(r))
+        """Every applied layer call in order (:meth:`loops` flattened), which the model's
+        forward and decode and the stacked trainer walk."""
+        return tuple(p for loop in self.loops() for turn in loop for p in turn)
 
     def __str__(self) -> str:
         if self.is_block:

@@ -59,6 +59,11 @@ def test_passes_list_every_applied_layer_call_in_order():
     for text in MAPS:
         m = ModelConfig(n_layers=4).with_map(text).reuse
         assert len(m.passes()) == m.applied_layers
+    # loops: where a token can leave (per-token exit); passes() is loops() flattened
+    assert [[list(turn) for turn in loop] for loop in ReuseMap((2, 1)).loops()] == [
+        [[Pass(0, 0, 0)], [Pass(0, 0, 1)]], [[Pass(1, 0, 0)]]]
+    assert [len(loop) for loop in ReuseMap((1, 1, 1), 2).loops()] == [2]  # one loop, a turn per run of the stack
+    assert [len(turn) for turn in ReuseMap((1, 1, 1), 2).loops()[0]] == [3, 3]
 
 
 @pytest.mark.parametrize("kv_share", KV)

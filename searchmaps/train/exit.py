@@ -119,7 +119,7 @@ def _converged(model, x, prev, active, eps) -> tuple[torch.Tensor, torch.Tensor]
 def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.Tensor | None = None):
     """The model's forward on ``idx`` under the exit rule at ``eps`` (all tokens in
     parallel, exited ones frozen). Returns (logits, loss or None, :class:`Tally`)."""
-    cfg, reuse = model.cfg, model.cfg.reuse
+    reuse = model.cfg.reuse
     e, pos = model.embed(idx)
     B, T = idx.shape
     n = B * T
@@ -127,41 +127,25 @@ def exit_forward(model: LoopedLM, idx: torch.Tensor, eps: float, targets: torch.
     check = eps > 0
     run = model.pass_runner(reuse, T, idx.device)  # --kv-share: later passes read the first pass's keys
     x = e
-    if reuse.is_block:
+    for loop in reuse.loops():  # a token leaves a loop between two of its turns (ReuseMap.loops)
         active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
-        prev = _logp(model, e) if check else None
-        tally.checks += n if check else 0
-        for k in range(reuse.block):
+        checking = check and len(loop) > 1
+        prev = _logp(model, x) if checking else None
+        tally.checks += n if checking else 0
+        for t, turn in enumerate(loop):
             live = int(active.sum())
             if live == 0:
                 break
-            if k > 0:
-                x = x + e if live == n else torch.where(active, x + e, x)
-            for i in range(cfg.n_layers):
-                x = run(i, x, pos) if live == n else torch.where(active, run(i, x, pos), x)
-            tally.passes += live * cfg.n_layers
-            if check and k < reuse.block - 1:
+            for p in turn:
+                if p.reinject:
+                    x = x + e if live == n else torch.where(active, x + e, x)
+                x = run(p.layer, x, pos) if live == n else torch.where(active, run(p.layer, x, pos), x)
+            tally.passes += live * len(turn)
+            if checking and t < len(loop) - 1:
                 tally.checks += live
                 stop, prev = _converged(model, x, prev, active, eps)
-                tally.kv += int(stop.sum()) * cfg.n_layers
+                tally.kv += int(stop.sum()) * len(turn)
                 active = active & ~stop
-    else:
-        for i, r in enumerate(reuse.repeats):
-            active = torch.ones(B, T, 1, dtype=torch.bool, device=e.device)
-            checking = check and r > 1
-            prev = _logp(model, x) if checking else None
-            tally.checks += n if checking else 0
-            for j in range(r):
-                live = int(active.sum())
-                if live == 0:
-                    break
-                x = run(i, x, pos) if live == n else torch.where(active, run(i, x, pos), x)
-                tally.passes += live
-                if checking and j < r - 1:
-                    tally.checks += live
-                    stop, prev = _converged(model, x, prev, active, eps)
-                    tally.kv += int(stop.sum())
-                    active = active & ~stop
     logits, loss = model.head(x, targets)
     return logits, loss, tally
 
