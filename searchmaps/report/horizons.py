@@ -28,6 +28,7 @@ from .. import stats
 from ..results import Role
 from ..stats import DEFAULT_RULE
 from .section import Section, code, html_table
+from .trends import horizon_text as _h
 from .trends import shared_floor_sentences, trend_sentences  # noqa: F401  (tests import them from here)
 from .sentences import fmt_p
 
@@ -142,14 +143,6 @@ def section(a: HorizonAnalysis, shown: set[str]) -> Section:
 # --------------------------------------------------------------------------- words
 
 
-def _h(x: float) -> str:
-    """A horizon for a sentence: 300k, 4.8M, 500M, 2.2T."""
-    if not np.isfinite(x):
-        return "n/a"
-    for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g}{suffix}"
-    return f"{x:.3g}"
 
 
 def _ci(lo: float, hi: float) -> str:

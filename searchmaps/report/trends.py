@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 
 
-def _h(x: float) -> str:
+def horizon_text(x: float) -> str:
+    """A horizon for a sentence: 300k, 4.8M, 500M, 2.2T."""
     if not np.isfinite(x):
         return "n/a"
     for scale, suffix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
@@ -33,22 +34,22 @@ def trend_sentences(trend: pd.DataFrame, unit: str) -> list[str]:
     toward = np.sign(t["gap_last"]) * -1  # the sign of a slope that closes the gap
     narrow = t[(toward * t["slope_low"] > 0) & (toward * t["slope_high"] > 0)]
     widen = t[(toward * t["slope_low"] < 0) & (toward * t["slope_high"] < 0)]
-    span = f"{_h(t['trend_from'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}"
+    span = f"{horizon_text(t['trend_from'].iloc[0])}–{horizon_text(t['horizon_last'].iloc[0])}"
     out = [f"Measured, not fitted: the paired per-seed gap of each map to the baseline `{ref}`, regressed on log2 of "
            f"the {unit} over the last horizons ({span}), narrows with a 95 % interval clear of 0 for {len(narrow)} of "
            f"{len(t)} maps and widens for {len(widen)} (nats per doubling; gap_trend.csv)."]
     closing = narrow.sort_values("closes_at").head(3)
     if len(closing):
         far = lambda x: ("never" if not np.isfinite(x) else  # noqa: E731
-                         "beyond 1000× the target" if x > 1000 * t["target"].iloc[0] else f"{_h(x)} {unit}")
+                         "beyond 1000× the target" if x > 1000 * t["target"].iloc[0] else f"{horizon_text(x)} {unit}")
         out.append("At its measured rate the gap would close at " + "; ".join(
-            f"{far(r.closes_at)} for `{r.candidate}` (gap {_nats(r.gap_last)} at {_h(r.horizon_last)}, "
+            f"{far(r.closes_at)} for `{r.candidate}` (gap {_nats(r.gap_last)} at {horizon_text(r.horizon_last)}, "
             f"{_nats(r.slope)} per doubling, 95 % CI {_nats(r.slope_low)} to {_nats(r.slope_high)}; closing at "
             f"{far(r.closes_at_low)} to {far(r.closes_at_high)}; the last doubling alone {_nats(r.change_last)}, "
             f"CI {_nats(r.change_last_low)} to {_nats(r.change_last_high)})"
-            for r in closing.itertuples()) + f" (the target: {_h(t['target'].iloc[0])}).")
+            for r in closing.itertuples()) + f" (the target: {horizon_text(t['target'].iloc[0])}).")
     all_narrow = t[(toward * t["slope_all_low"] > 0) & (toward * t["slope_all_high"] > 0)]
-    out.append(f"Over all horizons ({_h(t['horizon_first'].iloc[0])}–{_h(t['horizon_last'].iloc[0])}) the same "
+    out.append(f"Over all horizons ({horizon_text(t['horizon_first'].iloc[0])}–{horizon_text(t['horizon_last'].iloc[0])}) the same "
                f"regression gives slopes {_nats(t['slope_all'].min())} to {_nats(t['slope_all'].max())} per doubling, "
                f"clear of 0 towards closing for {len(all_narrow)} map{'' if len(all_narrow) == 1 else 's'}: a trend is a description of its window, "
                f"and carrying it to the target assumes the window's rate holds.")
@@ -80,4 +81,4 @@ def shared_floor_sentences(scaling: pd.DataFrame, trend: pd.DataFrame, target: f
             parts.append(f"{what}: " + ", ".join(
                 f"`{r.candidate}` {_nats(r.shared_gap_at_target)} ({_nats(r.shared_gap_at_target_low)} to "
                 f"{_nats(r.shared_gap_at_target_high)})" for r in g.head(4).itertuples()))
-    return [head + f"; at {_h(target)} {unit} it puts " + "; ".join(parts) + "."]
+    return [head + f"; at {horizon_text(target)} {unit} it puts " + "; ".join(parts) + "."]
