@@ -59,9 +59,9 @@ def headline(plan: SearchPlan) -> str:
 def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quiet: bool = False,
                report: bool = True, narrow: Callable[[SearchPlan], SearchPlan] | None = None,
                command: list[str] | None = None, rebuilt: bool = False, executor: str = "ray") -> int:
-    """Open, run and close the search of ``plan``; the exit code. ``executor``: ``ray`` (Ray
-    Tune) or ``local`` (worker processes, no Ray; :func:`searchmaps.executor.resolve_executor`
-    checked the choice). ``narrow`` (a prescreen)
+    """Open, run and close the search of ``plan``; the exit code. ``executor``: a name of
+    :data:`searchmaps.executor.REGISTRY` (``ray``: Ray Tune; ``local``: worker processes, no Ray),
+    or ``auto``. ``narrow`` (a prescreen)
     may replace the plan once the study folder is made, before the study is opened;
     ``command`` (the words the user ran) is printed back with the seeds to add. A bad
     setting found on the way is one line and exit 2, and takes back the study folder this
@@ -70,10 +70,10 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     # open: every check before Ray starts (which is imported only then: a bad setting answers at once)
     made = False
     try:
-        if executor == "ray" and ray_address and ray_address != "auto":
-            from ..executor.tune import check_reachable
+        from ..executor import make_executor
 
-            check_reachable(ray_address)
+        runner = make_executor(executor, ray_address)
+        runner.check()
         from ..driver import Driver
         from ..ledger import Ledger, check_storage
         from ..report.terminal import ProgressBar
@@ -107,21 +107,16 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
 
     # run: Ctrl-C and SIGTERM become Interrupted wherever the main thread is
     previous = {s: signal.signal(s, _on_signal) for s in EXIT_INTERRUPTED}
-    ray, wall, rebuild = None, 0.0, False
+    wall, rebuild = 0.0, False
     try:
         if driver.has_work():
-            if executor == "ray":
-                from ..executor.tune import execute, start_ray
-
-                ray = start_ray(ray_address, plan.workers * plan.cpus_per_trial, plan.workers)
-                restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
-            else:
-                from ..executor.local import execute
+            runner.start(plan)
+            restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
             faults.point("ray-start")  # the executor started (the point keeps its name for the local one)
             bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
             driver.start_heartbeat()
             t0 = time.perf_counter()
-            execute(driver)
+            runner.execute(driver)
             wall = time.perf_counter() - t0
     except (KeyboardInterrupt, SystemExit) as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
         if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
@@ -133,9 +128,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         bar.close()
         closed = driver.close()
-        ray = ray or (sys.modules.get("ray") if executor == "ray" else None)  # (a signal inside ray.init)
-        if ray is not None and not ray_address and ray.is_initialized():
-            ray.shutdown()
+        runner.stop()  # (also after a signal inside ray.init)
         print(f"{prog}: interrupted ({signal.Signals(signum).name}); {closed} unfinished trial(s) closed "
               f"— run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED[signum]
@@ -144,7 +137,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         return fail(prog, exc)
     except StorageFault as exc:
         bar.close()
-        return storage_failed(prog, exc, driver, ray if not ray_address else None)
+        return storage_failed(prog, exc, driver, runner)
     else:
         # close: the handlers stay until the report is written, so a signal here ends the run with its code too
         try:
@@ -152,10 +145,9 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
             try:
                 driver.close()
             except StorageFault as exc:
-                return storage_failed(prog, exc, driver, ray if not ray_address else None)
-            if ray is not None and not ray_address:
-                ray.shutdown()
-                restore_handlers()  # ray.shutdown() puts Python's default handlers back
+                return storage_failed(prog, exc, driver, runner)
+            runner.stop()
+            restore_handlers()  # ray.shutdown() puts Python's default handlers back
             lost = lost_storage_file(plan)
             if lost is not None and not rebuilt:  # the rows went to a deleted file: runs.csv holds them
                 print(f"{prog}: {lost} was deleted while the search ran; every row is in runs.csv — rebuilding the "
@@ -197,9 +189,9 @@ def lost_storage_file(plan: SearchPlan) -> Path | None:
     return None if path.is_file() else path
 
 
-def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
+def storage_failed(prog: str, fault: Exception, driver, runner) -> int:
     """The storage or the study folder failed mid-search (a fault of the machine): close
-    what the storage still lets us close, stop a local Ray, say so in one line naming what
+    what the storage still lets us close, stop the executor (a local Ray), say so in one line naming what
     to put right (the fault's hint), exit 1. Every row stored before the fault stays; the
     next run trains the rest."""
     try:
@@ -207,8 +199,7 @@ def storage_failed(prog: str, fault: Exception, driver, ray) -> int:
     except Exception:  # the storage, or runs.csv, still fails
         closed = (f"{driver.closed} unfinished trial(s) closed" if driver.closed is not None
                   else "unfinished trials are closed by the next run")
-    if ray is not None:
-        ray.shutdown()
+    runner.stop()
     hint = getattr(fault, "hint", "free the space or bring the database back")
     print(f"{prog}: {fault}; {closed} — {hint}, then run the same command again to resume", file=sys.stderr)
     return 1

@@ -3,22 +3,53 @@ the only module that imports Ray) or a pool of worker processes on this machine
 (:mod:`.local`, no Ray). Both ask the :class:`~searchmaps.driver.Driver` for units and hand
 it their results; every decision (which unit, racing, retries, resume) is the scheduler's.
 
-Shared here: the choice of executor (:func:`resolve_executor`), a worker's training of one
-unit (:func:`train_unit`), the worker environment and the one-line messages.
+Shared here: the contract every executor keeps (:class:`Executor`) and their registry
+(:data:`REGISTRY`: adding an executor is one module and its line there), the choice of
+executor (:func:`resolve_executor`, :func:`make_executor`), a worker's training of one unit
+(:func:`train_unit`), the worker environment and the one-line messages.
 """
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import os
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 from ..config import ConfigError, TrialSpec
 from ..results import RunRecord
 
-EXECUTORS = ("auto", "ray", "local")
+if TYPE_CHECKING:
+    from ..driver import Driver
+    from ..plan import SearchPlan
+
+
+class Executor(Protocol):
+    """What trains a search's units. ``check`` answers a setting it cannot serve before the
+    study is opened (ConfigError); ``start`` readies it before the first unit; ``execute``
+    hands out the driver's units and returns their results until the scheduler says the
+    search is over (StorageFault when the storage fails; ``KeyboardInterrupt`` let through,
+    the trainings in flight stopped first); ``stop`` gives back what ``start`` took, is safe
+    to call more than once, and after a ``start`` cut short."""
+
+    name: str
+
+    def check(self) -> None: ...
+
+    def start(self, plan: SearchPlan) -> None: ...
+
+    def execute(self, driver: Driver) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+REGISTRY = {"ray": "searchmaps.executor.tune:RayExecutor", "local": "searchmaps.executor.local:LocalExecutor"}
+"""``--executor`` name -> its class, imported only when chosen (importing Ray takes seconds).
+Each takes ``ray_address`` (None but for Ray's)."""
+EXECUTORS = ("auto", *REGISTRY)
 WORKER_ENV = {"MALLOC_ARENA_MAX": "2"}  # see release_freed_memory
 
 
@@ -50,6 +81,13 @@ def resolve_executor(name: str, ray_address: str | None) -> str:
         raise ConfigError(f"--ray-address {ray_address}: Ray is not installed here (pip install 'ray[tune]'); "
                           f"without --ray-address the local executor trains on this machine")
     return "local"
+
+
+def make_executor(name: str, ray_address: str | None = None) -> Executor:
+    """The executor ``name`` (``auto``, or a :data:`REGISTRY` name) stands for with ``ray_address``,
+    after :func:`resolve_executor`'s checks."""
+    module, _, cls = REGISTRY[resolve_executor(name, ray_address)].partition(":")
+    return getattr(importlib.import_module(module), cls)(ray_address)
 
 
 # --------------------------------------------------------------------------- a worker's side

@@ -138,6 +138,28 @@ class Pool:
         self.start()
 
 
+class LocalExecutor:
+    """:class:`~searchmaps.executor.Executor` on this machine's processes, no Ray: a pool of
+    ``--workers`` worker processes for the length of :meth:`execute`."""
+
+    name = "local"
+
+    def __init__(self, ray_address: str | None = None):
+        self.address = ray_address  # (always None: resolve_executor refuses --ray-address with it)
+
+    def check(self) -> None:
+        pass
+
+    def start(self, plan) -> None:
+        pass
+
+    def execute(self, driver: Driver) -> None:
+        execute(driver)
+
+    def stop(self) -> None:
+        pass  # the pool is gone when execute returns or raises
+
+
 def execute(driver: Driver) -> None:
     """Train the driver's units on this machine until the scheduler says the search is over.
     Raises :class:`~searchmaps.ledger.StorageFault` when the storage failed, and lets

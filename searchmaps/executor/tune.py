@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 
 from ..config import ConfigError
@@ -77,6 +78,35 @@ def check_reachable(address: str) -> None:
     except OSError as exc:
         raise ConfigError(f"--ray-address {address}: nothing answers there ({exc.strerror or exc}); "
                           f"start the head with 'ray start --head' or fix the address") from None
+
+
+class RayExecutor:
+    """:class:`~searchmaps.executor.Executor` on Ray Tune: a local Ray started for the search and
+    shut down after it, or the cluster at ``ray_address`` joined (and left running). A Ray
+    this process had started before (a notebook's, a test's) is used and left running."""
+
+    name = "ray"
+
+    def __init__(self, ray_address: str | None = None):
+        self.address, self.owns = ray_address, False
+
+    def check(self) -> None:
+        if self.address and self.address != "auto":
+            check_reachable(self.address)
+
+    def start(self, plan) -> None:
+        ray = sys.modules.get("ray")
+        self.owns = not self.address and not (ray is not None and ray.is_initialized())
+        start_ray(self.address, plan.workers * plan.cpus_per_trial, plan.workers)
+
+    def execute(self, driver: Driver) -> None:
+        execute(driver)
+
+    def stop(self) -> None:
+        ray = sys.modules.get("ray")  # (a start cut short inside ray.init may have started it)
+        if self.owns and ray is not None and ray.is_initialized():
+            ray.shutdown()
+        self.owns = False
 
 
 # --------------------------------------------------------------------------- trainable
