@@ -107,6 +107,7 @@ class SearchPlan:
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
     preset: str = ""  # the named recipe (--preset, searchmaps.presets) the space's config was overridden with
     objectives: tuple[str, ...] = DEFAULT_OBJECTIVES  # what Optuna is told, in order (searchmaps.objectives)
+    eval_docs: tuple[int, ...] = ()  # stratified: each scored window's held-out document (with_corpus; eval_docs.json)
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -431,14 +432,17 @@ def with_corpus(plan: SearchPlan, data: str, vocab_size: int | None = None, toke
     protocol's 4,096-token held-out sequence) and recorded by name, vocabulary and
     fingerprint; ``fields`` are set with them. DataError or ConfigError naming the flag."""
     from .data import check_fits, ilr_val_batches, load_corpus  # data imports torch
+    from .data.documents import window_documents
 
     space = plan.space
     corpus = load_corpus(data, vocab_size=vocab_size, tokenizer=tokenizer)
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
     if space.train.eval_protocol == "ilr":  # the validation split must hold one 4,096-token sequence
         ilr_val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
+    docs = window_documents(len(corpus.val), corpus.val_docs, space.model.seq_len, space.train.eval_tokens) \
+        if space.train.eval_protocol == "stratified" else ()
     return dataclasses.replace(plan, **fields, data=corpus.name, vocab_size=corpus.vocab_size,
-                               data_fingerprint=corpus.fingerprint)
+                               data_fingerprint=corpus.fingerprint, eval_docs=docs)
 
 
 def check_study_name(name: str, where: str = "--study") -> None:
