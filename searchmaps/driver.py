@@ -181,6 +181,8 @@ class Driver:
             jobs = [self.job(u) for u in unit.units]
             specs = [j.pop("spec") for j in jobs]
             job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
+            job.pop("snapshot", None)  # a pack saves its seeds' states at rungs only
+            job.pop("snapshot_every_s", None)
             if "save_rungs" in job:
                 job["save_rungs"] = [j["save_rungs"] for j in jobs]
                 job["first"], job["resume"] = 0, None
@@ -205,6 +207,8 @@ class Driver:
             start = min(job["record"]) if job["record"] else 0
             if start > 0 and states[start - 1].is_file():
                 job["first"], job["resume"] = start, str(states[start - 1])
+        if plan.save_every_s > 0:  # killed mid-rung, it continues from its latest snapshot
+            job["snapshot"], job["snapshot_every_s"] = str(plan.snapshot(unit.key)), plan.save_every_s
         return job
 
     @_faults_of_the_storage
@@ -254,6 +258,8 @@ class Driver:
             if not self.plan.promote and self.plan.rungs > 1 and not self.scheduler.needed(unit):
                 for rung in range(self.plan.rungs - 1):  # the ladder is recorded: its saved states are done
                     self.plan.checkpoint(unit.candidate, unit.seed, rung).unlink(missing_ok=True)
+            if not self.scheduler.needed(unit):  # (a training that died too often leaves its snapshot)
+                self.plan.snapshot(unit.key).unlink(missing_ok=True)
         return status
 
     def _store(self, unit: Unit, records: list[RunRecord], final: bool = False, wall_s: float = 0.0) -> list[RunRecord]:

@@ -9,7 +9,8 @@ dictionary lookup. The points, in search order: ``ray-start``, ``claimed`` (a un
 claimed, not yet running), ``training`` (in the worker, Ray's or the local executor's, as a training starts: kills
 the worker, not the driver; passes are counted per worker process), ``packed-step`` (in the
 worker, a packed or stacked training finished a step: a kill mid-rung; counted per worker
-process too), ``recorded`` (a
+process too), ``snapshot`` (in the worker, a training alone wrote its mid-rung snapshot: with
+``group``, the whole search dies mid-rung, a snapshot on disk), ``recorded`` (a
 result is in the storage, not yet in runs.csv), ``optuna-told`` (Optuna's ``tell``
 returned, the storage does not yet say the candidate is told), ``told`` (a candidate's
 trial was told), ``report`` (a search starts writing its report); and outside a search,

@@ -38,8 +38,7 @@ def auto_pack_seeds(device: str) -> int:
 
 
 def parse_pack_seeds(value: int | str, device: str) -> int:
-    """``--pack-seeds N|auto|off`` -> the pack size (1: off). ConfigError naming the flag
-    for anything else."""
+    """``--pack-seeds N|auto|off`` -> the pack size (1: off); ConfigError naming the flag else."""
     text = str(value).strip().lower()
     if text == "off":
         return 1
@@ -88,6 +87,7 @@ class SearchPlan:
     gpus_per_trial: float = 0.0
     pack_seeds: int | str = 1  # seeds of a candidate trained together as one unit (1: off); "auto": auto_pack_seeds
     pack_candidates: int | str = 1  # candidates (each with its packed seeds) trained together as one unit (1: off)
+    save_every_s: float = 600.0  # a training alone snapshots its state this often (0: never), searchmaps.train.ladder
     data: str = "stdlib"
     vocab_size: int = 256
     data_fingerprint: str = ""
@@ -134,6 +134,8 @@ class SearchPlan:
         for flag, value in (("--trials", self.trials), ("--workers", self.workers), ("--threads", self.threads)):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ConfigError(f"{flag} must be at least 1, got {value}")
+        if not self.save_every_s >= 0:
+            raise ConfigError(f"--save-every must be 0 (never) or more minutes, got {self.save_every_s / 60:g}")
         if not self.cpus_per_trial > 0 or not self.gpus_per_trial >= 0:
             raise ConfigError("--cpus-per-trial must be > 0 and --gpus-per-trial >= 0")
         if self.gpus_per_trial > 0 and not self.device.startswith("cuda"):
@@ -280,6 +282,10 @@ class SearchPlan:
         """Where promotion keeps a run's state at rung ``rung``'s cooldown start."""
         safe = "".join(ch if ch.isalnum() else "_" for ch in cand.label)
         return self.study_dir / "checkpoints" / f"{safe}-seed{seed}-rung{rung}.pt"
+
+    def snapshot(self, unit_key: str) -> Path:
+        """Where a training alone keeps its latest mid-rung state (``--save-every``)."""
+        return self.study_dir / "checkpoints" / f"{''.join(c if c.isalnum() else '_' for c in unit_key)}-running.pt"
 
     def baseline(self) -> Candidate | None:
         """The all-ones map under the first PE (and memory-sharing setting), if it is a candidate."""

@@ -240,6 +240,50 @@ def test_a_packed_ladder_killed_mid_rung_resumes_at_its_last_finished_rung_to_th
 
 
 @pytest.mark.e2e
+def test_a_training_killed_mid_rung_continues_from_its_snapshot_to_the_same_numbers(space_file, tmp_path, ray_env):
+    """--save-every set to a step's time: a three-rung ladder (8, 16 and 32 steps) is held
+    in rung 2's stable phase (its 20th snapshot, step 20: the branches of rungs 0 and 1 take
+    none) and the whole command killed there, rungs 0 and 1 recorded. The same command run
+    again continues from the snapshot at step 20, not from rung 1's state at step 13 (a mark
+    put in the snapshot shows in rung 2's row), to the numbers of a study never killed; no
+    state is left once the ladder is recorded."""
+    import torch
+
+    results = tmp_path / "results"
+    args = common(space_file, results, "--seeds", "1", "--study", "snap", "--workers", "1", "--executor", "local",
+                  "--maps", "2,1", "--tokens", "1024,2048,4096", "--schedule", "wsd", "--save-every", "1e-6")
+    runs, states = results / "snap" / "runs.csv", results / "snap" / "checkpoints"
+    proc = run_without_ray(*args, env=dict(ray_env, SEARCHMAPS_KILL_AT="snapshot:20:stop"), popen=True)
+    deadline = time.time() + 300
+    workers: list[int] = []
+    while time.time() < deadline and proc.poll() is None:
+        workers = workers_of(proc.pid)
+        if workers and any(stopped(p) for p in workers) and len(read_runs(runs)) >= 2:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and any(stopped(p) for p in workers), proc.communicate()[1][-2000:]
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    assert sorted(r.rung for r in read_runs(runs)) == [0, 1]
+    (snap,) = states.glob("*-running.pt")
+    state = torch.load(snap, weights_only=False)
+    assert state["key"]["step"] == 20
+    state["path"]["wall_s"] += 1e6  # only a run continued from this snapshot carries it into its row
+    torch.save(state, snap)
+
+    final = run_without_ray(*args, env=ray_env)
+    assert final.returncode == 0, final.stderr[-2000:]
+    rows = read_runs(runs)
+    assert sorted(r.rung for r in rows) == [0, 1, 2] and all(r.status.value == "ok" for r in rows)
+    assert [r.rung for r in rows if r.wall_s > 1e6] == [2]
+    assert not list((results / "snap").rglob("*.pt"))
+    whole = run_without_ray(*[a if a != "snap" else "whole" for a in args], env=ray_env)  # never killed
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    assert numbers(rows) == numbers(read_runs(results / "whole" / "runs.csv"))
+
+
+@pytest.mark.e2e
 def test_a_local_worker_that_dies_is_one_short_line_and_its_unit_runs_again(space_file, tmp_path, ray_env):
     """Every worker process is killed as it starts its second training: the search records
     the unit crashed, trains it again in a fresh worker and exits 0."""

@@ -333,6 +333,7 @@ def test_interrupting_exits_with_the_signal_and_leaves_a_resumable_study(space_f
     (["--storage", "mysql://u:p@localhost/db"], "--storage"),
     (["--storage", "sqlite:////proc/x/optuna.db"], "--storage"),
     (["--pack-seeds", "0"], "--pack-seeds"),
+    (["--save-every", "-1"], "--save-every"),
     (["--pack-seeds", "2.5"], "--pack-seeds"),
     (["--pack-seeds", "many"], "--pack-seeds"),
     (["--device", "cpu", "--gpus-per-trial", "0.5"], "--gpus-per-trial"),

@@ -93,6 +93,10 @@ def build_parser() -> Parser:
                    help="train up to N candidates (with --pack-seeds, each with its packed seeds) together as one "
                         "training: one stacked model whose maps differ, rows as separate trainings write them; "
                         "candidates that differ in --pe or --kv-share never share one (default off)")
+    o.add_argument("--save-every", type=number, default=10.0, metavar="MINUTES",
+                   help="a training not packed saves its state this often (a file in the study's checkpoints/), so "
+                        "one killed mid-rung continues from there when the command runs again, to the same numbers; "
+                        "0: never (default 10)")
     p.add_argument("--maps", nargs="+", default=None, metavar="MAP",
                    help="train exactly these maps of the space (e.g. 4,2,1,1 2,2,2,2 block:2) instead of sampling")
     w = p.add_argument_group("weight-sharing supernet (searchmaps.supernet)")
@@ -134,7 +138,8 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,
                   study="-", results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
                   storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
-                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, pack_candidates=args.pack_candidates, threads=args.threads, device=device,
+                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, pack_candidates=args.pack_candidates,
+                  save_every_s=args.save_every * 60, threads=args.threads, device=device,
                   search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
                   alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
                   promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,

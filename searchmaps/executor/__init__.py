@@ -115,7 +115,8 @@ def train_unit(config: dict, report: Report) -> None:
     else:
         recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
                              last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                             save=config.get("save"), save_rungs=config.get("save_rungs"), on_rung=on_rung)
+                             save=config.get("save"), save_rungs=config.get("save_rungs"), on_rung=on_rung,
+                             snapshot=config.get("snapshot"), snapshot_every_s=config.get("snapshot_every_s", 600.0))
     release_freed_memory()
     send([r for r in recs if r.run_id not in reported], final=True)
 

@@ -27,6 +27,7 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -36,7 +37,7 @@ from ..device import resolve_device
 from ..model import LoopedLM
 from ..results import RunRecord, Status, describe, failed_record
 from ..schedule import lr_at, make_ladder, plan_steps
-from .ladder import EvalCallback, Training, climb, progress_total
+from .ladder import EvalCallback, Snapshots, Training, climb, progress_total
 from .records import History, RungRecords, failure_reason, unrun_records, wanted_rungs
 from .step import (DIVERGENCE_MARGIN, DIVERGENCE_WINDOW, Distill, Guard, Stop, TrainStep, autocast, evaluate,
                    scored_tokens, validation_batches)
@@ -94,6 +95,8 @@ def train_ladder(
     resume: str | os.PathLike | None = None,
     save: str | os.PathLike | None = None,
     save_rungs: Sequence[str | os.PathLike | None] | None = None,
+    snapshot: str | os.PathLike | None = None,
+    snapshot_every_s: float = 600.0,
     on_rung: Callable[[RunRecord], None] | None = None,
     on_eval: EvalCallback | None = None,
     progress: bool = False,
@@ -117,7 +120,11 @@ def train_ladder(
     wrote with ``save``) to rung ``last``, saving the state at rung ``last``'s cooldown
     start to ``save`` (statistical successive halving continues promoted runs from it), and
     with ``save_rungs`` (a path per rung, or None) the state at every rung's cooldown start (a
-    search's killed ladder continues from its last finished rung).
+    search's killed ladder continues from its last finished rung). With ``snapshot`` (a file) the
+    state is also saved there every ``snapshot_every_s`` seconds of training on the main path,
+    and a run that finds a snapshot of itself there that can start its segment continues from
+    it instead of ``resume`` (a run killed mid-rung loses at most that many seconds; the numbers
+    are those of the run never killed); the file goes when the run has its records.
     ``on_rung`` gets each rung's record as soon as it exists. ``map_for_step(step)`` (a
     weight-sharing supernet, :mod:`searchmaps.supernet`) picks the map each training step
     runs (None: the spec's) or a :class:`~searchmaps.train.step.Distill` (a teacher and
@@ -141,7 +148,13 @@ def train_ladder(
     history = History()  # the shared phase's: every rung not yet recorded fails from it
     try:
         training = Training(spec, lad, corpus, device, bar, map_for_step)
-        if resume is not None:
+        if snapshot is not None:
+            training.snapshots = Snapshots(snapshot, snapshot_every_s)
+        continued = training.load_snapshot(first, last)
+        if continued is not None:
+            history = continued
+            bar.update(history.step - (lad.starts[first - 1] if first else 0))
+        elif resume is not None:
             history = training.load(resume, first - 1)
         climb(lad, training, history, rungs, first, last, on_eval=on_eval, save=save, save_rungs=save_rungs)
         if on_model is not None:
@@ -152,6 +165,8 @@ def train_ladder(
         rungs.fail_rest(history, Status.FAILED, failure_reason(exc))
     finally:
         bar.close()
+    if snapshot is not None:  # every rung has its record: nothing continues from here
+        Path(snapshot).unlink(missing_ok=True)
     return rungs.records
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 
 import torch
 
+from .. import faults
 from ..config import TrialSpec
 from ..data import Corpus, train_batches
 from ..model import LoopedLM
@@ -72,19 +73,54 @@ def climb(lad: Ladder, trainer: Climber, history: History, rungs: RungRecords, f
         target = save if i == last else None
         if target is None and save_rungs is not None and i < len(save_rungs):
             target = save_rungs[i]
-        if target is not None and i < lad.rungs - 1:
+        # (a run continued from a snapshot taken in the last rung's cooldown saved this state before)
+        if target is not None and i < lad.rungs - 1 and history.step == lad.starts[i]:
             trainer.save(target, i, history)
         if i not in wanted:
             continue
         # the last rung's cooldown is the run's own end; a lower rung's is a branch off a kept state
         kept, branch = (None, history) if i == last else (trainer.keep(), history.copy())
+        snapshots = getattr(trainer, "snapshots", None)  # a branch is no place to continue from
+        if snapshots is not None:
+            snapshots.paused = kept is not None
         try:
             trainer.advance(branch, i, lad.steps[i], set(lad.eval_steps(i)), check)
             rungs.finish(i, branch, columns=trainer.exit_columns(branch))
         except Stop as stop:
             rungs.finish(i, branch, stop.status, stop.reason)
+        finally:
+            if snapshots is not None:
+                snapshots.paused = False
         if kept is not None:
             trainer.restore(kept)
+
+
+class Snapshots:
+    """A run's state saved every ``every_s`` seconds of training to one file, ``path``, on its
+    main path (the shared phase and the last rung's cooldown, never a lower rung's branch), so
+    that a run killed mid-rung continues from there and not from its last rung's start: a
+    rung of hours survives a machine that goes away (:func:`usable_snapshot` says when a
+    snapshot serves a segment). Each write replaces the file whole; the training removes it
+    when it has its records."""
+
+    def __init__(self, path: str | os.PathLike, every_s: float):
+        self.path, self.every_s = Path(path), float(every_s)
+        self.paused, self.last = False, time.perf_counter()
+
+    def due(self) -> bool:
+        return not self.paused and time.perf_counter() - self.last >= self.every_s
+
+    def written(self) -> None:
+        self.last = time.perf_counter()
+
+
+def usable_snapshot(lad: Ladder, first: int, last: int, step: int) -> bool:
+    """Whether a snapshot at ``step`` can start segment ``first``..``last``: past the state the
+    segment would start from (rung ``first - 1``'s cooldown start, or step 0), and no further
+    than rung ``first``'s cooldown start (where its branch, not yet recorded, leaves the main
+    path), or inside rung ``first``'s own cooldown when it is the segment's last rung."""
+    base = lad.starts[first - 1] if first else 0
+    return base < step and (step <= lad.starts[first] or (first == last and step < lad.steps[last]))
 
 
 class Training:
@@ -107,13 +143,14 @@ class Training:
         self.guard = Guard(cfg.vocab_size, lad.warmup)
         self.step = TrainStep(self.model, self.opt, self.guard, device, t.precision, t.grad_clip, t.micro_batch)
         self.exit_eps, self.exit_tolerance = t.exit_eps, t.exit_tolerance
+        self.snapshots: Snapshots | None = None
 
     def advance(self, history: History, rung: int, until: int, evals: set[int],
                 check_eval: EvalCallback | None = None) -> None:
         """Advance ``history`` to step ``until`` under rung ``rung``'s schedule, validating
         after the steps in ``evals``. Raises :class:`~searchmaps.train.step.Stop`."""
         rspec, rsteps = self.lad.specs[rung], self.lad.steps[rung]
-        t0, c0 = time.perf_counter(), time.process_time()
+        t0, c0 = self._clock = time.perf_counter(), time.process_time()
         try:
             while history.step < until:
                 step = history.step + 1
@@ -127,6 +164,8 @@ class Training:
                     self.validate(history, step)
                     if check_eval is not None and check_eval(history.curve[-1]) and step < rsteps:
                         raise Stop(Status.PRUNED, f"stopped by callback at step {step}")
+                if self.snapshots is not None and self.snapshots.due():
+                    self.snapshot(history)
         finally:
             history.wall_s += time.perf_counter() - t0
             history.cpu_s += time.process_time() - c0
@@ -163,12 +202,47 @@ class Training:
 
     def save(self, target: str | os.PathLike, rung: int, history: History) -> None:
         """The run's state at rung ``rung``'s cooldown start, written atomically."""
+        self._write(target, state_key(self.lad, rung), history)
+
+    def snapshot(self, history: History) -> None:
+        """The run's state after step ``history.step`` of its main path, to its snapshot file
+        (atomically), with the time spent so far counted in the history it keeps."""
+        snap, (t0, c0) = self.snapshots, self._clock
+        path = history.copy()  # the running advance adds its seconds when it returns: these count them to now
+        path.wall_s += time.perf_counter() - t0
+        path.cpu_s += time.process_time() - c0
+        self._write(snap.path, snapshot_key(self.lad, history.step), path)
+        snap.written()
+        faults.point("snapshot")
+
+    def load_snapshot(self, first: int, last: int) -> History | None:
+        """The history of this run's snapshot when there is one that can start segment
+        ``first``..``last`` (:func:`usable_snapshot`), its model, optimizer and data position
+        loaded; None (and nothing loaded) when there is none, it is another run's (another
+        config, seed or ladder) or it lies outside the segment."""
+        snap = self.snapshots
+        if snap is None or not snap.path.is_file():
+            return None
+        try:
+            state = torch.load(snap.path, map_location="cpu", weights_only=False)
+        except Exception:  # a file cut short by a kill mid-write is no state (writes are atomic: rare)
+            return None
+        key = state.get("key") or {}
+        step = key.get("step")
+        if not isinstance(step, int) or key != snapshot_key(self.lad, step) or not usable_snapshot(
+                self.lad, first, last, step):
+            return None
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.batches.restore(state["batches"])
+        return History(**state["path"])
+
+    def _write(self, target: str | os.PathLike, key: dict, history: History) -> None:
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(target.name + f".{os.getpid()}.tmp")
-        torch.save({"key": state_key(self.lad, rung), "model": self.model.state_dict(),
-                    "optimizer": self.opt.state_dict(), "batches": self.batches.state(),
-                    "path": dataclasses.asdict(history)}, tmp)
+        torch.save({"key": key, "model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                    "batches": self.batches.state(), "path": dataclasses.asdict(history)}, tmp)
         os.replace(tmp, target)
 
     def load(self, source: str | os.PathLike, rung: int) -> History:
@@ -190,6 +264,11 @@ def state_key(lad: Ladder, rung: int) -> dict:
     last = lad.specs[-1]
     return {"config_hash": last.config_hash(), "seed": last.seed, "step": lad.starts[rung],
             "horizons": [horizon_of(s) for s in lad.specs]}
+
+
+def snapshot_key(lad: Ladder, step: int) -> dict:
+    """What a snapshot must match to be continued: :func:`state_key`'s fields at any step."""
+    return {**state_key(lad, 0), "step": step, "snapshot": True}
 
 
 def progress_total(lad: Ladder, first: int, last: int, wanted: Sequence[int]) -> int:
