@@ -234,16 +234,14 @@ class SearchPlan:
 
     @cached_property
     def candidates(self) -> tuple[Candidate, ...] | None:
-        """The fixed list a grid or random search walks through, in order; None for the
-        optimisers (tpe, nsga2), whose candidates come from the sampler one by one."""
+        """The fixed list a grid or random search walks, in order; None for tpe and nsga2 (one by one)."""
         sampler = SAMPLERS[self.sampler]
         return sampler.candidates(self) if sampler.fixed else None
 
     @property
     def shares_memory(self) -> bool:
-        """Whether any candidate shares memory (``--kv-share first:W``): only then is the
-        setting a parameter, a protocol entry and a column (at ``none`` alone, a study keeps
-        what it had before the option existed)."""
+        """Whether any candidate shares memory (``--kv-share first:W``): only then is the setting a
+        parameter, a protocol entry and a column (at ``none`` alone a study keeps what it had)."""
         return any(kv.shared for kv in self.kv_shares)
 
     @property
@@ -254,8 +252,7 @@ class SearchPlan:
         return min(self.trials or DEFAULT_TRIALS, self.n_feasible * len(self.pes) * len(self.kv_shares))
 
     def feasible(self, cand: Candidate) -> bool:
-        """In the space's domain, at or under the budget, with one of the plan's PEs and
-        memory-sharing settings."""
+        """In the space's domain, at or under the budget, with one of the plan's PEs and kv-shares."""
         return (cand.pe in self.pes and cand.kv_share in self.kv_shares and self.space.contains(cand.reuse)
                 and map_flops(self.space, cand.reuse) <= self.budget_flops)
 
@@ -267,8 +264,7 @@ class SearchPlan:
                                    vocab_size=self.vocab_size)
 
     def spec(self, cand: Candidate, seed: int, lr: float | None = None) -> TrialSpec:
-        """The candidate's training at ``seed`` (with a ladder: to its first horizon; the ladder
-        itself is :attr:`ladder`), at learning rate ``lr`` (None: the space's)."""
+        """The candidate's training at ``seed`` and rate ``lr`` (None: the space's); a ladder's to its first rung."""
         train = self.space.train if lr is None else dataclasses.replace(self.space.train, lr=float(lr))
         spec = TrialSpec(model=self.model(cand), train=train, seed=seed, data=self.data,
                          threads=self.threads, device=self.device, preset=self.preset)
