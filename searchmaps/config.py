@@ -22,7 +22,7 @@ from .maps import (NO_SHARING, PLANNED_SEPARATOR, Candidate, ConfigError, KvShar
 __all__ = ["NO_SHARING", "PLANNED_SEPARATOR", "Candidate", "ConfigError", "KvShare", "ReuseMap",  # from maps.py
            "folder_name_problem", "parse_kv_share", "parse_planned", "resolve_candidate", "ModelConfig", "TrainConfig",
            "TrialSpec", "RECIPE_DEFAULTS", "parse_exit_eps", "POSITIONAL_ENCODINGS", "RESIDUALS", "PRECISIONS",
-           "SCHEDULES", "COOLDOWN_SHAPES", "INITS", "EVAL_PROTOCOLS", "TRAIN_SAMPLINGS", "EXIT_EPS_GRID", "ILR_EVAL_CHUNK"]
+           "SCHEDULES", "COOLDOWN_SHAPES", "INITS", "EVAL_PROTOCOLS", "NEW_EVAL_PROTOCOL", "TRAIN_SAMPLINGS", "EXIT_EPS_GRID", "ILR_EVAL_CHUNK"]
 
 PositionalEncoding = Literal["nope", "rope", "learned", "alibi"]  # searchmaps.encodings: one class each
 Residual = Literal["prenorm", "deeploop", "depth-mup"]
@@ -41,6 +41,11 @@ SCHEDULES: tuple[str, ...] = get_args(Schedule)
 COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
 INITS: tuple[str, ...] = get_args(Init)
 EVAL_PROTOCOLS: tuple[str, ...] = get_args(EvalProtocol)
+NEW_EVAL_PROTOCOL: EvalProtocol = "stratified"
+"""What the commands (searchmaps.run, .supernet, .train) score a new study or training with when
+neither --eval-protocol, the space file nor --preset names one: a window in every held-out
+document. TrainConfig's own default stays ``windows`` (the committed rows' hashes, and library
+callers); a resumed study keeps the protocol it recorded (:func:`searchmaps.cli.flags.eval_protocol_of`)."""
 TRAIN_SAMPLINGS: tuple[str, ...] = get_args(TrainSampling)
 EXIT_EPS_GRID = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)  # --exit-eps without a value: KL thresholds in nats
 ILR_EVAL_CHUNK = 4096  # --eval-protocol ilr: the validation split is cut into sequences of this many tokens

@@ -107,6 +107,7 @@ class SearchPlan:
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
     preset: str = ""  # the named recipe (--preset, searchmaps.presets) the space's config was overridden with
     objectives: tuple[str, ...] = DEFAULT_OBJECTIVES  # what Optuna is told, in order (searchmaps.objectives)
+    eval_docs: tuple[int, ...] = ()  # stratified: each scored window's held-out document (with_corpus; eval_docs.json)
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -233,16 +234,14 @@ class SearchPlan:
 
     @cached_property
     def candidates(self) -> tuple[Candidate, ...] | None:
-        """The fixed list a grid or random search walks through, in order; None for the
-        optimisers (tpe, nsga2), whose candidates come from the sampler one by one."""
+        """The fixed list a grid or random search walks, in order; None for tpe and nsga2 (one by one)."""
         sampler = SAMPLERS[self.sampler]
         return sampler.candidates(self) if sampler.fixed else None
 
     @property
     def shares_memory(self) -> bool:
-        """Whether any candidate shares memory (``--kv-share first:W``): only then is the
-        setting a parameter, a protocol entry and a column (at ``none`` alone, a study keeps
-        what it had before the option existed)."""
+        """Whether any candidate shares memory (``--kv-share first:W``): only then is the setting a
+        parameter, a protocol entry and a column (at ``none`` alone a study keeps what it had)."""
         return any(kv.shared for kv in self.kv_shares)
 
     @property
@@ -253,8 +252,7 @@ class SearchPlan:
         return min(self.trials or DEFAULT_TRIALS, self.n_feasible * len(self.pes) * len(self.kv_shares))
 
     def feasible(self, cand: Candidate) -> bool:
-        """In the space's domain, at or under the budget, with one of the plan's PEs and
-        memory-sharing settings."""
+        """In the space's domain, at or under the budget, with one of the plan's PEs and kv-shares."""
         return (cand.pe in self.pes and cand.kv_share in self.kv_shares and self.space.contains(cand.reuse)
                 and map_flops(self.space, cand.reuse) <= self.budget_flops)
 
@@ -266,8 +264,7 @@ class SearchPlan:
                                    vocab_size=self.vocab_size)
 
     def spec(self, cand: Candidate, seed: int, lr: float | None = None) -> TrialSpec:
-        """The candidate's training at ``seed`` (with a ladder: to its first horizon; the ladder
-        itself is :attr:`ladder`), at learning rate ``lr`` (None: the space's)."""
+        """The candidate's training at ``seed`` and rate ``lr`` (None: the space's); a ladder's to its first rung."""
         train = self.space.train if lr is None else dataclasses.replace(self.space.train, lr=float(lr))
         spec = TrialSpec(model=self.model(cand), train=train, seed=seed, data=self.data,
                          threads=self.threads, device=self.device, preset=self.preset)
@@ -437,14 +434,17 @@ def with_corpus(plan: SearchPlan, data: str, vocab_size: int | None = None, toke
     protocol's 4,096-token held-out sequence) and recorded by name, vocabulary and
     fingerprint; ``fields`` are set with them. DataError or ConfigError naming the flag."""
     from .data import check_fits, ilr_val_batches, load_corpus  # data imports torch
+    from .data.documents import window_documents
 
     space = plan.space
     corpus = load_corpus(data, vocab_size=vocab_size, tokenizer=tokenizer)
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
     if space.train.eval_protocol == "ilr":  # the validation split must hold one 4,096-token sequence
         ilr_val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
+    docs = window_documents(len(corpus.val), corpus.val_docs, space.model.seq_len, space.train.eval_tokens) \
+        if space.train.eval_protocol == "stratified" else ()
     return dataclasses.replace(plan, **fields, data=corpus.name, vocab_size=corpus.vocab_size,
-                               data_fingerprint=corpus.fingerprint)
+                               data_fingerprint=corpus.fingerprint, eval_docs=docs)
 
 
 def check_study_name(name: str, where: str = "--study") -> None:

@@ -57,6 +57,7 @@ class Space:
     maps: tuple[ReuseMap, ...] = ()
     source: str = "<space>"
     model_keys: frozenset = frozenset()  # [model] keys the file sets; the rest follow the defaults
+    train_keys: frozenset = frozenset()  # [train] keys the file sets (eval_protocol: else the commands' default)
     ladder: tuple[float, ...] = ()  # [train] tokens = [a, b, c] (or train_flops): a horizon ladder
     lr_grid: tuple[float, ...] = ()  # [train] lr = [a, b, c]: each candidate's rate is fitted on tuning seeds
     published: tuple = ()  # [published]: (pe, map, value) of a paper's table, to compare rankings with
@@ -223,7 +224,8 @@ def _from_dict(d: dict, src: str, stem: str) -> Space:
     return Space(name=d.get("name", stem), description=d.get("description", ""), pe=tup(d.get("pe", ["rope"])),
                  kv_share=tup(d.get("kv_share", ["none"])),
                  seeds=d.get("seeds", 3), repeats=tup(maps_t.get("repeats")), block=tup(maps_t.get("block", [])),
-                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw), ladder=ladder, lr_grid=lr_grid,
+                 maps=tuple(parsed), source=src, model_keys=frozenset(model_kw),
+                 train_keys=frozenset(d.get("train", {})), ladder=ladder, lr_grid=lr_grid,
                  published=published, published_source=source, published_tokens=ptokens, **built)
 
 

@@ -187,8 +187,10 @@ class SearchStudy:
         if diff == ["seeds"]:
             self._add_seeds(stored, int(old["seeds"]))
         elif diff:
+            was = (f" (it was evaluated with --eval-protocol {old.get('train', {}).get('eval_protocol', 'windows')})"
+                   if "train.eval_protocol" in diff else "")
             raise ConfigError(f"--study {self.plan.study} already exists with other settings ({', '.join(diff)}); "
-                              f"use another --study name or the original flags")
+                              f"use another --study name or the original flags{was}")
 
     def _add_seeds(self, stored: dict, before: int) -> None:
         """``--seeds`` above the study's ``before``: every told candidate is opened again (its

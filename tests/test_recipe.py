@@ -176,8 +176,9 @@ def test_configurations_from_before_the_options_keep_their_hash_and_protocol():
     assert dataclasses.replace(spec, preset="ilr-small").config_hash() == spec.config_hash()
     # the protocol a resumed search compares holds the committed study's keys, no new ones at their defaults
     info = json.loads((ROOT / "results" / "ilr-table1-rope-ladder" / "study.json").read_text())
-    args = build_search_parser().parse_args(["--space", "ilr-table1", "--budget-flops", "4.8e6", "--dry-run"])
-    protocol = build_plan(args).protocol()
+    args = build_search_parser().parse_args(["--space", "ilr-table1", "--budget-flops", "4.8e6", "--dry-run",
+                                             "--study", "ilr-table1-rope-ladder", "--results-dir", str(ROOT / "results")])
+    protocol = build_plan(args).protocol()  # resumed without --eval-protocol: the study's windows, recorded by omission
     assert protocol["train"].keys() == info["train"].keys() and protocol["model"].keys() == info["model"].keys()
     assert "preset" not in protocol
 

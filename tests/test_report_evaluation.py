@@ -1,5 +1,6 @@
 """What a report says about its evaluation: its size and source (one line a study page can
-quote), its own noise from a bootstrap over windows beside the seeds' noise, and the
+quote), its own noise from a bootstrap over documents (a stratified study's) or windows beside
+the seeds' noise, and the
 top-group sentence's allowances."""
 
 import json
@@ -10,7 +11,7 @@ import pytest
 from helpers import make_study, study_records
 
 from searchmaps.report import write_report
-from searchmaps.results import RunsFile, read_eval_windows
+from searchmaps.results import RunsFile, read_eval_docs, read_eval_windows, write_eval_docs
 from searchmaps.stats import eval_noise
 
 
@@ -49,6 +50,63 @@ def test_bootstrap_over_windows_recovers_the_sd_of_a_mean_and_shared_windows_can
     assert eval_noise(rows, n_boot=500) == eval_noise(rows, n_boot=500)
     odd = rows + [("9,9,9,9|rope", 0, 2.0, np.ones(10))]
     assert eval_noise(odd, n_boot=500)["rows"] == 12
+
+
+def _doc_rows(n_docs=16, per_doc=8, doc_sd=0.5, window_sd=0.05, maps=("1,1,1,1", "2,1,1,1"), seeds=3):
+    """Per-window losses whose documents differ strongly (sd ``doc_sd``, shared by every row) and
+    whose windows within a document barely do: ``per_doc`` windows of each of ``n_docs`` documents."""
+    g = np.random.default_rng(1)
+    hard = np.repeat(g.normal(0, doc_sd, n_docs), per_doc) + g.normal(0, window_sd, n_docs * per_doc)
+    rows = [(f"{m}|rope", s, 0.0, 2.0 + 0.01 * k + g.normal(0, 0.05) + hard + g.normal(0, 0.01, len(hard)))
+            for k, m in enumerate(maps) for s in range(seeds)]
+    return [(c, s, float(w.mean()), w) for c, s, _, w in rows], np.repeat(np.arange(n_docs) * 7 + 3, per_doc)
+
+
+def test_the_bootstrap_over_documents_draws_whole_documents_and_is_wider_where_they_differ():
+    rows, docs = _doc_rows()
+    by_window = eval_noise(rows, n_boot=4000)
+    by_doc = eval_noise(rows, n_boot=4000, docs=docs)
+    assert by_window["documents"] == 0 and by_doc["documents"] == 16 and by_doc["windows"] == 128
+    # equal documents: a row's mean is the mean of its 16 document means, whose spread the bootstrap recovers
+    by_hand = np.median([np.std(w.reshape(16, 8).mean(axis=1)) / 4 for *_, w in rows])
+    assert by_doc["row_sd"] == pytest.approx(by_hand, rel=0.08)
+    # resampling windows one by one treats 8 windows of a document as 8 documents: far too narrow
+    assert by_doc["row_sd"] > 2 * by_window["row_sd"]
+    assert by_doc["seed_row_sd"] == by_window["seed_row_sd"]  # the seeds' side does not change
+    # every window its own document is the bootstrap over windows, draw for draw
+    alone = eval_noise(rows, n_boot=500, docs=np.arange(128))
+    assert alone["row_sd"] == eval_noise(rows, n_boot=500)["row_sd"] and alone["documents"] == 128
+    # documents of unequal size (100 windows and 28): each draw's mean is over the drawn documents' windows,
+    # a document drawn twice counting twice; by hand with the same generator
+    uneven, w = np.array([5] * 100 + [2] * 28), rows[0][3]
+    draws = np.random.default_rng(3).integers(0, 2, size=(300, 2))  # document 0 is label 2, 1 is label 5
+    means = [sum(w[uneven == (2, 5)[d]].sum() for d in draw) / sum((uneven == (2, 5)[d]).sum() for d in draw)
+             for draw in draws]
+    assert eval_noise(rows[:1], n_boot=300, docs=uneven, seed=3)["row_sd"] == pytest.approx(np.std(means, ddof=1))
+    # a docs list of another length than the windows is ignored: windows are resampled
+    assert eval_noise(rows, n_boot=500, docs=docs[:-1])["documents"] == 0
+
+
+def test_a_stratified_study_folder_with_its_documents_says_the_noise_over_documents(tmp_path):
+    rows, docs = _doc_rows()
+    results = {}
+    for c, s, v, _ in rows:
+        results.setdefault(c, []).append(math.exp(v))
+    folder = tmp_path / "d"
+    make_study(folder, results)
+    config = {"train.eval_tokens": 128 * 32, "model.seq_len": 32, "train.eval_protocol": "stratified"}
+    with_windows = [r.replace(run_id=r.run_id + "-w", eval_windows=tuple(w), eval_tokens_scored=128 * 32,
+                              config={**r.config, **config}) for r, (*_, w) in zip(study_records(results, study="d"), rows)]
+    (folder / "runs.csv").unlink()
+    RunsFile(folder / "runs.csv").append(with_windows)
+    write_eval_docs(folder, docs)
+    write_report(folder)
+    md = (folder / "report.md").read_text()
+    found = eval_noise([(c, s, v, np.asarray(w)) for c, s, v, w in rows], docs=docs)
+    assert ("The evaluation's own noise (a bootstrap over its 16 held-out documents, each drawn with all its "
+            "windows (128 in all)") in md
+    assert f"sd {found['row_sd']:.2g} nats of one row's validation loss" in md
+    assert "documents are not recorded" not in md
 
 
 def test_a_study_folder_with_per_window_losses_says_its_evaluation_noise_and_size(tmp_path):
@@ -92,8 +150,11 @@ def test_noise_is_called_well_below_the_seeds_only_when_it_is():
 
     quiet = eval_noise(_rows(shared=0.01, own=0.001, seed_sd=0.05), n_boot=1000)
     loud = eval_noise(_rows(shared=1.0, own=0.5, seed_sd=0.01), n_boot=1000)
-    assert "of the seeds', well below them." in noise_sentence(quiet) and "not well" not in noise_sentence(quiet)
-    assert "not well below them: score more held-out tokens (--eval-tokens)" in noise_sentence(loud)
+    assert "of the seeds', well below them: the evaluation does not limit the comparison." in noise_sentence(quiet)
+    assert "not well" not in noise_sentence(quiet)
+    assert ("not well below them: the evaluation limits the comparison; score more held-out tokens (--eval-tokens) "
+            "or more documents (--eval-protocol stratified).") in noise_sentence(loud)
+    assert "documents are not recorded" in noise_sentence(loud)  # resampled by window: said so
     assert json.dumps(quiet)  # plain numbers
 
 
@@ -227,5 +288,8 @@ def test_a_search_alone_or_packed_writes_per_window_losses_and_its_report_says_t
     for r in rows:
         assert np.mean(side[r.run_id]) == pytest.approx(r.val_loss, abs=1e-4)
     md = (results / "s" / "report.md").read_text()
-    assert "The evaluation's own noise (a bootstrap over its 8 windows" in md
+    # the tiny search is a new study: stratified by default, one window in each of 8 held-out documents of stdlib
+    assert len(read_eval_docs(results / "s")) == 8 and len(set(read_eval_docs(results / "s"))) == 8
+    assert "The evaluation's own noise (a bootstrap over its 8 held-out documents, each drawn with all its " \
+           "windows (8 in all)" in md
     assert "against the seeds' " in md

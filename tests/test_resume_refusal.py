@@ -4,6 +4,7 @@ a first command makes it (its Optuna study with the protocol, its study.json) wi
 any training; the resumed command is ``searchmaps.run`` itself, refused before it starts."""
 
 import hashlib
+import json
 
 import optuna
 import pytest
@@ -12,6 +13,7 @@ from searchmaps.cli.run import build_parser, build_plan
 from searchmaps.ledger import Ledger, check_storage
 from searchmaps.run import main
 from searchmaps.plan import protocol_differences
+from searchmaps.results import read_runs
 from searchmaps.study import SearchStudy
 
 # ilr-micro's recipe on the built-in corpus in bytes (no BPE to train), one map, one seed
@@ -76,3 +78,43 @@ def test_the_differences_name_trainer_settings_and_a_preset_one_side_lacks():
     assert protocol_differences(new, old) == ["preset", "train.attention", "train.compile", "train.precision"]
     assert protocol_differences(old, {**old, "seeds": 4}) == ["seeds"]  # alone: seeds are added (test_add_seeds.py)
     assert protocol_differences(old, {**old, "objectives": ["val_ppl"]}) == []  # a key the study predates
+
+
+# --------------------------------------------------------------------------- the default evaluation (issue 44)
+
+
+def tiny(space_file, results, *extra):
+    """A one-map, one-seed study of the tiny space, trained by the local executor in seconds."""
+    return ["--space", str(space_file), "--budget-flops", "1e9", "--maps", "1,1", "--seeds", "1", "--results-dir",
+            str(results), "--study", "t", "--compile", "off", "--precision", "fp32", "--attention", "sdpa",
+            "--executor", "local", "--workers", "1", "--quiet", "--no-report", *extra]
+
+
+def protocols(folder) -> tuple[str, list[str]]:
+    """study.json's evaluation and each row's (both leave out windows, the value before the option)."""
+    info = json.loads((folder / "study.json").read_text())
+    return (info["train"].get("eval_protocol", "windows"),
+            [r.config.get("train.eval_protocol", "windows") for r in read_runs(folder / "runs.csv")])
+
+
+def test_a_new_study_without_the_flag_is_scored_on_every_held_out_document(space_file, tmp_path):
+    assert main(tiny(space_file, tmp_path)) == 0
+    assert protocols(tmp_path / "t") == ("stratified", ["stratified"])
+
+
+def test_a_study_resumed_without_the_flag_keeps_the_evaluation_it_recorded(space_file, tmp_path, capsys):
+    """A study made with windows (what every study before the new default recorded, by leaving
+    the key out) grows a seed under the same command without the flag: the new row is scored as
+    the old ones were; the other protocol, asked for, is refused in one line naming it."""
+    assert main(tiny(space_file, tmp_path, "--eval-protocol", "windows")) == 0
+    assert "eval_protocol" not in json.loads((tmp_path / "t" / "study.json").read_text())["train"]
+    assert main(tiny(space_file, tmp_path, "--seeds", "2")) == 0  # argparse: the last --seeds counts
+    assert protocols(tmp_path / "t") == ("windows", ["windows", "windows"])
+    capsys.readouterr()
+    before = contents(tmp_path / "t")
+    assert main(tiny(space_file, tmp_path, "--seeds", "2", "--eval-protocol", "stratified")) == 2
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "(train.eval_protocol)" in lines[0] and "it was evaluated with --eval-protocol windows" in lines[0]
+    assert contents(tmp_path / "t") == before

@@ -7,6 +7,7 @@ commands word a flag's default differently (``searchmaps.train``'s own defaults 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ..config import (ATTENTION_KERNELS, COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
                       SCHEDULES, TRAIN_SAMPLINGS, ConfigError, ModelConfig, ReuseMap)
@@ -129,12 +130,14 @@ def add_proxy_args(g, search: bool) -> None:
     g.add_argument("--micro-batch", type=int, default=None, metavar="N",
                    help="compute each step's --batch-size sequences N at a time, gradients accumulated (the same "
                         "update up to float rounding; for a batch that does not fit); default 0: all at once")
+    new = ("the space's or --preset's, else stratified for a new study (a resumed study keeps the protocol it "
+           "recorded)") if search else "--preset's, else stratified"
     g.add_argument("--eval-protocol", default=None,
-                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; windows (default): consecutive --seq-len windows "
-                        f"from the split's start; spread: --eval-tokens worth of windows spread evenly over the whole "
-                        f"held-out split (every document in proportion to its length); stratified: the same number "
-                        f"stratified by held-out document (one window in each, the rest in proportion); ilr: the first --seq-len tokens "
-                        f"of each 4,096-token held-out sequence")
+                   help=f"validation: {' or '.join(EVAL_PROTOCOLS)}; default: {new}. stratified: --eval-tokens worth "
+                        f"of --seq-len windows stratified by held-out document (one window in each, the rest in "
+                        f"proportion to length); windows: consecutive windows from the split's start (the reading "
+                        f"before stratified became the default); spread: the windows spread evenly over the whole "
+                        f"held-out split; ilr: the first --seq-len tokens of each 4,096-token held-out sequence")
     if not search:  # searchmaps.run's --sampling is the supernet group's, which takes these values too
         g.add_argument("--sampling", default=None, metavar="|".join(TRAIN_SAMPLINGS), help=SAMPLING_HELP)
     grid = ",".join(f"{x:g}" for x in EXIT_EPS_GRID)
@@ -266,6 +269,19 @@ def ladder_from_args(args: argparse.Namespace) -> tuple[float, ...] | None:
     """The horizons of a ladder (``--tokens A,B,C`` or ``--train-flops A,B,C``); None for one."""
     hs = getattr(args, "tokens", None) or getattr(args, "train_flops", None)
     return tuple(hs) if hs is not None and len(hs) > 1 else None
+
+
+def recorded_eval_protocol(study_dir) -> str | None:
+    """The evaluation a study folder already records (a resumed study keeps it): study.json's
+    ``train.eval_protocol``, else a supernet's supernet.json's config; ``windows`` where the
+    record leaves it out (its value before the option existed); None for a new study."""
+    from ..plan import read_study_json
+
+    for name, part, key in (("study.json", "train", "eval_protocol"), ("supernet.json", "config", "train.eval_protocol")):
+        if (Path(study_dir) / name).is_file():
+            record = read_study_json(Path(study_dir) / name).get(part)
+            return str(record.get(key, "windows")) if isinstance(record, dict) else "windows"
+    return None
 
 
 def preset_of(args: argparse.Namespace) -> dict:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from .. import flops
-from ..config import ConfigError, parse_planned
+from ..config import NEW_EVAL_PROTOCOL, ConfigError, parse_planned
 from ..data import DataError
 from ..device import resolve_attention, resolve_compile, resolve_device, resolve_precision
 from ..executor import EXECUTORS, resolve_executor
@@ -32,8 +32,8 @@ from ..spaces import builtin_spaces, load_space
 from ..supernet.method import SupernetMethod
 from .common import Parser, command_words, fail, number, numbers
 from .flags import (add_analysis_args, add_horizon_args, add_model_args, add_pe_args, add_preset_arg, add_proxy_args, add_runtime_args,
-                    add_supernet_args, check_exit_tolerance, data_of, ladder_from_args, parse_map, supernet_method,
-                    tokenizer_of, with_preset)
+                    add_supernet_args, check_exit_tolerance, data_of, ladder_from_args, parse_map, recorded_eval_protocol,
+                    supernet_method, tokenizer_of, with_preset)
 from .search import EXIT_INTERRUPTED, headline, run_search
 
 
@@ -149,6 +149,10 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     plan = SearchPlan(**common)  # checks every setting before the data is read
     study = args.study or default_study_name(plan, supernet)
     check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
+    if "eval_protocol" not in train and "eval_protocol" not in space.train_keys:  # no flag, preset or space file
+        protocol = recorded_eval_protocol(plan.results_dir / study) or NEW_EVAL_PROTOCOL  # a resumed study keeps its
+        if protocol != space.train.eval_protocol:
+            plan = SearchPlan(**{**common, "space": space.with_overrides(train={"eval_protocol": protocol})})
     if args.dry_run:
         return dataclasses.replace(plan, study=study)
     return with_corpus(plan, data_of(args), vocab_size=args.vocab_size, tokenizer=tokenizer_of(args), study=study)

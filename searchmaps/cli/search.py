@@ -77,7 +77,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         from ..driver import Driver
         from ..ledger import Ledger, check_storage
         from ..report.terminal import ProgressBar
-        from ..results import RunsFile
+        from ..results import RunsFile, write_eval_docs
         from ..study import SearchStudy
 
         engine = None if plan.default_storage else check_storage(plan.storage_url)  # the default is in the folder
@@ -89,6 +89,7 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         ledger = Ledger(engine, plan.study)
         study = SearchStudy(plan, ledger)
         plan.write_study_json(study.seeds_history)
+        write_eval_docs(plan.study_dir, plan.eval_docs)  # the report resamples documents with it
         bar = ProgressBar(plan, quiet)
         driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
     except (ConfigError, DataError) as exc:

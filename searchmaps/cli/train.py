@@ -8,7 +8,7 @@ import dataclasses
 import json
 import sys
 
-from ..config import ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
+from ..config import NEW_EVAL_PROTOCOL, ConfigError, ModelConfig, ReuseMap, TrainConfig, TrialSpec
 from ..data import DataError, load_corpus
 from ..device import resolve_attention, resolve_compile, resolve_device, resolve_precision
 from ..results import ResultsError, RunRecord, RunsFile
@@ -47,6 +47,7 @@ def spec_from_args(args: argparse.Namespace, vocab_size: int = 256, data: str | 
     ``measure``: resolve ``--attention auto`` (timing the kernels once on this machine) rather
     than leave the default kernel, for the spec that trains."""
     model_kw, train_kw = with_preset(args)
+    train_kw.setdefault("eval_protocol", NEW_EVAL_PROTOCOL)  # neither the flag nor the preset: as a new study's
     n_layers = model_kw.get("n_layers", ModelConfig.n_layers)
     reuse = ReuseMap.parse(args.map, n_layers)
     kv = {"kv_share": args.kv_share} if args.kv_share is not None else {}

@@ -111,3 +111,14 @@ def stratified_starts(n_val: int, doc_starts: np.ndarray | None, seq_len: int, n
         pos = lo + (np.arange(a) + 0.5) * (hi - lo) / a if hi > lo else np.full(a, lo)
         out.append(np.minimum(np.round(pos).astype(np.int64), last))
     return np.concatenate(out)
+
+
+def window_documents(n_val: int, doc_starts: np.ndarray | None, seq_len: int, eval_tokens: int) -> tuple[int, ...]:
+    """``--eval-protocol stratified``: the held-out document (its index in ``doc_starts``) of each
+    window :func:`~searchmaps.data.stratified_val_batches` scores, in scoring order (the document a
+    window starts in); () where the split records fewer than two documents (nothing to resample)."""
+    if doc_starts is None or len(doc_starts) < 2:
+        return ()
+    n = min(eval_tokens // seq_len, (n_val - 1) // seq_len)
+    starts = stratified_starts(n_val, doc_starts, seq_len, n)
+    return tuple(int(d) for d in np.searchsorted(np.asarray(doc_starts), starts, side="right") - 1)

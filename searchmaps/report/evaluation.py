@@ -1,7 +1,8 @@
 """What the rows were evaluated on, in one generated line a study page can quote
 (:func:`size_sentence`: the protocol, the held-out tokens asked and scored, the corpus), and
 the evaluation's own noise beside the seeds' (:func:`noise_sentence`, from the per-window
-losses a search writes to ``eval_windows.jsonl``; :func:`searchmaps.stats.eval_noise`)."""
+losses a search writes to ``eval_windows.jsonl``, resampled by held-out document where a
+stratified study wrote each window's to ``eval_docs.json``; :func:`searchmaps.stats.eval_noise`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
-from ..results import RunRecord, read_eval_windows
+from ..results import RunRecord, read_eval_docs, read_eval_windows
 from .section import Section
 
 WELL_BELOW = 0.1  # the evaluation's variance under this share of the seeds' reads as "well below"
@@ -73,7 +74,9 @@ def noise_sentence(found: dict | None) -> str | None:
     if found is None:
         return None
     f = found
-    text = (f"The evaluation's own noise (a bootstrap over its {f['windows']:,} windows, the same {f['n_boot']:,} "
+    over = (f"its {f.get('documents', 0):,} held-out documents, each drawn with all its windows ({f['windows']:,} in "
+            f"all)" if f.get("documents") else f"its {f['windows']:,} windows")
+    text = (f"The evaluation's own noise (a bootstrap over {over}, the same {f['n_boot']:,} "
             f"draws for every row): sd {f['row_sd']:.2g} nats of one row's validation loss")
     if np.isfinite(f["diff_sd"]):
         text += f" and {f['diff_sd']:.2g} nats of the difference between two maps' means (median over pairs)"
@@ -88,9 +91,13 @@ def noise_sentence(found: dict | None) -> str | None:
     share = f["diff_share"] if np.isfinite(f["diff_share"]) else f["row_share"]
     if not np.isfinite(share):
         return text + "."
-    verdict = ("well below them" if share < WELL_BELOW else
-               "not well below them: score more held-out tokens (--eval-tokens)")
-    return text + f": the evaluation's variance is {100 * share:.0f} % of the seeds', {verdict}."
+    verdict = ("well below them: the evaluation does not limit the comparison" if share < WELL_BELOW else
+               "not well below them: the evaluation limits the comparison; score more held-out tokens "
+               "(--eval-tokens)" + ("" if f.get("documents") else " or more documents (--eval-protocol stratified)"))
+    unknown = "" if f.get("documents") else (" The windows' held-out documents are not recorded (eval_docs.json, "
+                                             "written by stratified studies), so the windows were resampled one by "
+                                             "one, which understates the noise where documents differ.")
+    return text + f": the evaluation's variance is {100 * share:.0f} % of the seeds', {verdict}.{unknown}"
 
 
 def noise_of(study_dir, ok: pd.DataFrame, records: list[RunRecord] = ()) -> dict | None:
@@ -100,7 +107,8 @@ def noise_of(study_dir, ok: pd.DataFrame, records: list[RunRecord] = ()) -> dict
     windows.update({r.run_id: list(r.eval_windows) for r in records if r.eval_windows})
     rows = [(r.candidate, int(r.seed), float(r.val_loss), np.asarray(windows[r.run_id]))
             for r in ok.itertuples() if r.run_id in windows]
-    return stats.eval_noise(rows) if rows else None
+    docs = read_eval_docs(study_dir) if study_dir is not None else None  # stratified studies': by document
+    return stats.eval_noise(rows, docs=docs) if rows else None
 
 
 def sentences(study_dir, records: list[RunRecord], ok: pd.DataFrame) -> list[str]:

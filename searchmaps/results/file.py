@@ -172,6 +172,25 @@ def read_eval_windows(folder) -> dict[str, list[float]]:
     return out
 
 
+EVAL_DOCS = "eval_docs.json"  # a stratified study's held-out document of each scored window
+
+
+def write_eval_docs(folder, docs) -> None:
+    """``eval_docs.json`` in a study folder: the held-out document of each window its rows'
+    ``eval_windows`` score, in their order (:func:`searchmaps.data.documents.window_documents`), for
+    the report's bootstrap over documents. Nothing without documents."""
+    if len(docs):
+        atomic_write_text(Path(folder) / EVAL_DOCS, json.dumps({"docs": [int(d) for d in docs]}) + "\n")
+
+
+def read_eval_docs(folder) -> list[int] | None:
+    """A study folder's ``eval_docs.json`` (None: absent or unreadable)."""
+    try:
+        return [int(d) for d in json.loads((Path(folder) / EVAL_DOCS).read_text(encoding="utf-8"))["docs"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def atomic_write_text(path, text: str) -> None:
     """Write a file so that a reader (or a crash) sees the old or the new content, never
     a mix: a temporary file in the same folder, fsynced, then renamed over."""

@@ -2,8 +2,11 @@
 maps' means, would move had other held-out windows been scored. A bootstrap over the
 evaluation's windows (:func:`eval_noise`): every draw resamples the window indices once and
 applies the same draw to every row, since every map and seed is scored on the same windows
-(so a difference between maps is paired in its windows as in its seeds). Beside it the seeds'
-noise of the same quantities, from the rows' validation losses."""
+(so a difference between maps is paired in its windows as in its seeds). Given each window's
+held-out document (``docs``), it resamples documents instead, each drawn with all its windows
+(a cluster bootstrap): windows of one document share its topic and style, so resampling them
+one by one as if independent understates the evaluation's noise. Beside it the seeds' noise of
+the same quantities, from the rows' validation losses."""
 
 from __future__ import annotations
 
@@ -14,10 +17,14 @@ import numpy as np
 N_BOOT = 2000
 
 
-def eval_noise(rows: list[tuple[str, int, float, np.ndarray]], n_boot: int = N_BOOT, seed: int = 0) -> dict | None:
+def eval_noise(rows: list[tuple[str, int, float, np.ndarray]], n_boot: int = N_BOOT, seed: int = 0,
+               docs=None) -> dict | None:
     """``rows``: (candidate, seed, val_loss, per-window losses) of one horizon's successful
     rows. Rows whose window count differs from the most common one are left out (another
-    evaluation). Returns None with fewer than 2 windows; else ``windows``, ``rows``, and:
+    evaluation). ``docs``: each window's document (as many as the windows kept, else ignored):
+    every draw takes as many documents as there are, with replacement, and a row's mean is over
+    the drawn documents' windows. Returns None with fewer than 2 windows; else ``windows``,
+    ``rows``, ``documents`` (0: windows resampled), and:
 
     * ``row_sd``: median over rows of the bootstrap sd of the row's mean window loss;
     * ``diff_sd``: median over pairs of maps of the bootstrap sd of the difference between
@@ -36,10 +43,15 @@ def eval_noise(rows: list[tuple[str, int, float, np.ndarray]], n_boot: int = N_B
         return None
     x = np.asarray([np.asarray(r[3], dtype=float) for r in rows])  # rows x windows
     rng = np.random.default_rng(seed)
-    draws = rng.integers(0, n_win, size=(n_boot, n_win))
-    counts = np.zeros((n_boot, n_win))
-    np.add.at(counts, (np.repeat(np.arange(n_boot), n_win), draws.ravel()), 1.0)
-    boot = x @ counts.T / n_win  # rows x draws: each row's mean over each draw's windows
+    by_doc = docs is not None and len(docs) == n_win
+    groups = np.unique(np.asarray(docs), return_inverse=True)[1].ravel() if by_doc \
+        else np.arange(n_win)  # a window is its own group: the plain bootstrap over windows
+    n_docs = int(groups.max()) + 1
+    draws = rng.integers(0, n_docs, size=(n_boot, n_docs))
+    picked = np.zeros((n_boot, n_docs))
+    np.add.at(picked, (np.repeat(np.arange(n_boot), n_docs), draws.ravel()), 1.0)
+    counts = picked[:, groups]  # draws x windows: how often each window's document was drawn
+    boot = (x @ counts.T) / counts.sum(axis=1)  # rows x draws: each row's mean over each draw's windows
     row_sd = float(np.median(boot.std(axis=1, ddof=1)))
 
     cands = sorted({r[0] for r in rows})
@@ -63,6 +75,6 @@ def eval_noise(rows: list[tuple[str, int, float, np.ndarray]], n_boot: int = N_B
     def share(e, s):
         return float(e ** 2 / s ** 2) if np.isfinite(e) and np.isfinite(s) and s > 0 else float("nan")
 
-    return {"windows": n_win, "rows": len(rows), "maps": len(cands), "n_boot": n_boot, "row_sd": row_sd,
-            "diff_sd": diff_sd, "seed_row_sd": seed_row_sd, "seed_diff_sd": seed_diff_sd,
-            "row_share": share(row_sd, seed_row_sd), "diff_share": share(diff_sd, seed_diff_sd)}
+    return {"windows": n_win, "documents": n_docs if by_doc else 0, "rows": len(rows), "maps": len(cands),
+            "n_boot": n_boot, "row_sd": row_sd, "diff_sd": diff_sd, "seed_row_sd": seed_row_sd,
+            "seed_diff_sd": seed_diff_sd, "row_share": share(row_sd, seed_row_sd), "diff_share": share(diff_sd, seed_diff_sd)}
