@@ -23,6 +23,7 @@ PINNED_IN = {
     "claimed": "test_search.py",  # the fault-injection loop; two optimiser drivers held at their claims
     "training": "test_search.py",  # a training process that dies
     "packed-step": "test_local.py",  # a packed ladder killed mid-rung resumes at its last finished rung
+    "snapshot": "test_local.py",  # a training killed mid-rung continues from its snapshot
     "recorded": "test_search.py",  # the fault-injection loop, a ladder killed mid-way, packed units
     "optuna-told": "test_search.py",  # a kill after tell
     "told": "test_search.py",  # the fault-injection loop
