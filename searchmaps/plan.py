@@ -275,13 +275,13 @@ class SearchPlan:
         return max(1, len(self.ladder))
 
     def checkpoint(self, cand: Candidate, seed: int, rung: int) -> Path:
-        """Where promotion keeps a run's state at rung ``rung``'s cooldown start."""
+        """Where a ladder keeps its state at rung ``rung``'s cooldown start (absolute: a Ray worker runs elsewhere)."""
         safe = "".join(ch if ch.isalnum() else "_" for ch in cand.label)
-        return self.study_dir / "checkpoints" / f"{safe}-seed{seed}-rung{rung}.pt"
+        return self.study_dir.absolute() / "checkpoints" / f"{safe}-seed{seed}-rung{rung}.pt"
 
     def snapshot(self, unit_key: str) -> Path:
         """Where a training alone keeps its latest mid-rung state (``--save-every``)."""
-        return self.study_dir / "checkpoints" / f"{''.join(c if c.isalnum() else '_' for c in unit_key)}-running.pt"
+        return self.study_dir.absolute() / "checkpoints" / f"{''.join(c if c.isalnum() else '_' for c in unit_key)}-running.pt"
 
     def baseline(self) -> Candidate | None:
         """The all-ones map under the first PE (and memory-sharing setting), if it is a candidate."""

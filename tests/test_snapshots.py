@@ -105,3 +105,19 @@ def test_which_steps_can_start_which_segment():
     assert [s for s in range(34) if usable_snapshot(lad, 0, 0, s)] == list(range(1, 8))
     one = make_ladder(tiny_spec("2,1", tokens=LADDER[0], schedule="wsd"), [LADDER[0]])
     assert [s for s in range(10) if usable_snapshot(one, 0, 0, s)] == list(range(1, 8))
+
+
+def test_the_states_a_worker_writes_are_named_by_absolute_paths(tmp_path, monkeypatch):
+    """Ray Tune runs each training in a working folder of its own: a state named relative to
+    the driver's folder (the default --results-dir results) went there, where no resume looks."""
+    from pathlib import Path
+
+    from searchmaps.plan import SearchPlan
+    from searchmaps.spaces import load_space
+
+    monkeypatch.chdir(tmp_path)
+    plan = SearchPlan(space=load_space("ilr4"), budget_flops=3.7e6, study="s", results_dir=Path("results"))
+    assert not plan.study_dir.is_absolute()  # (what messages print)
+    cand = plan.candidates[0]
+    for path in (plan.checkpoint(cand, 0, 0), plan.snapshot(f"{cand.label}#0")):
+        assert path.is_absolute() and path.parent == tmp_path / "results" / "s" / "checkpoints"
