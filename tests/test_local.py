@@ -175,6 +175,23 @@ def test_a_local_ladder_killed_at_a_rung_boundary_and_mid_rung_resumes_without_l
     assert numbers(rows) == numbers(read_runs(results / "whole" / "runs.csv"))  # continued to the same numbers
 
 
+def kill_while_a_worker_is_held(args, runs, rows: int, env) -> None:
+    """Run the search with ``env`` (a fault point that stops the worker: ``...:stop``) until its
+    worker is held and ``runs`` has ``rows`` rows, then kill the whole command, held worker included."""
+    proc = run_without_ray(*args, env=env, popen=True)
+    deadline = time.time() + 300
+    workers: list[int] = []
+    while time.time() < deadline and proc.poll() is None:
+        workers = workers_of(proc.pid)
+        if workers and any(stopped(p) for p in workers) and len(read_runs(runs)) >= rows:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None and any(stopped(p) for p in workers), proc.communicate()[1][-2000:]
+    time.sleep(0.5)  # nothing more can come: the worker is held mid-rung
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.communicate()
+
+
 def stopped(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -201,18 +218,7 @@ def test_a_packed_ladder_killed_mid_rung_resumes_at_its_last_finished_rung_to_th
     args = common(space_file, results, "--seeds", "2", "--study", "pk", "--workers", "1", "--executor", "local",
                   "--pack-seeds", "2", "--tokens", "1024,2048,4096", "--schedule", "wsd")
     runs, states = results / "pk" / "runs.csv", results / "pk" / "checkpoints"
-    proc = run_without_ray(*args, env=dict(ray_env, SEARCHMAPS_KILL_AT="packed-step:27:stop"), popen=True)
-    deadline = time.time() + 300
-    workers: list[int] = []
-    while time.time() < deadline and proc.poll() is None:
-        workers = workers_of(proc.pid)
-        if workers and any(stopped(p) for p in workers) and len(read_runs(runs)) >= 4:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None and any(stopped(p) for p in workers), proc.communicate()[1][-2000:]
-    time.sleep(0.5)  # nothing more can come: the worker is held mid-rung
-    os.killpg(proc.pid, signal.SIGKILL)  # the whole command, its held worker included
-    proc.communicate()
+    kill_while_a_worker_is_held(args, runs, 4, dict(ray_env, SEARCHMAPS_KILL_AT="packed-step:27:stop"))
     killed = read_runs(runs)
     assert sorted((r.seed, r.rung) for r in killed) == [(0, 0), (0, 1), (1, 0), (1, 1)]
     assert len({r.map for r in killed}) == 1
@@ -253,18 +259,7 @@ def test_a_training_killed_mid_rung_continues_from_its_snapshot_to_the_same_numb
     args = common(space_file, results, "--seeds", "1", "--study", "snap", "--workers", "1", "--executor", "local",
                   "--maps", "2,1", "--tokens", "1024,2048,4096", "--schedule", "wsd", "--save-every", "1e-6")
     runs, states = results / "snap" / "runs.csv", results / "snap" / "checkpoints"
-    proc = run_without_ray(*args, env=dict(ray_env, SEARCHMAPS_KILL_AT="snapshot:20:stop"), popen=True)
-    deadline = time.time() + 300
-    workers: list[int] = []
-    while time.time() < deadline and proc.poll() is None:
-        workers = workers_of(proc.pid)
-        if workers and any(stopped(p) for p in workers) and len(read_runs(runs)) >= 2:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None and any(stopped(p) for p in workers), proc.communicate()[1][-2000:]
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    kill_while_a_worker_is_held(args, runs, 2, dict(ray_env, SEARCHMAPS_KILL_AT="snapshot:20:stop"))
     assert sorted(r.rung for r in read_runs(runs)) == [0, 1]
     (snap,) = states.glob("*-running.pt")
     state = torch.load(snap, weights_only=False)
