@@ -128,9 +128,9 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
         for s in EXIT_INTERRUPTED:
             signal.signal(s, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         bar.close()
-        closed = driver.close()
+        closed = close_what_it_can(driver, tries=CLOSE_TRIES)
         runner.stop()  # (also after a signal inside ray.init)
-        print(f"{prog}: interrupted ({signal.Signals(signum).name}); {closed} unfinished trial(s) closed "
+        print(f"{prog}: interrupted ({signal.Signals(signum).name}); {closed} "
               f"— run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED[signum]
     except ConfigError as exc:
@@ -190,16 +190,33 @@ def lost_storage_file(plan: SearchPlan) -> Path | None:
     return None if path.is_file() else path
 
 
+CLOSE_TRIES = 5  # an interrupted driver's close, tried again while SQLite says "database is locked"
+
+
+def close_what_it_can(driver, tries: int = 1) -> str:
+    """Close the driver (give back its claims, close its unfinished trials, bring runs.csv up
+    to date) as far as the storage lets it; what was closed, as words for the last line. A
+    storage fault is tried again ``tries`` times in all (an interrupted search can meet SQLite's
+    "database is locked" for a moment, the signal having cut a transaction short); after that,
+    or on any other failure, the next run closes what is left."""
+    for attempt in range(tries):
+        try:
+            return f"{driver.close()} unfinished trial(s) closed"
+        except StorageFault:
+            if attempt < tries - 1:
+                time.sleep(0.5 * (attempt + 1))
+        except Exception:  # runs.csv, or anything else the storage's failure left behind
+            break
+    return (f"{driver.closed} unfinished trial(s) closed" if driver.closed is not None
+            else "unfinished trials are closed by the next run")
+
+
 def storage_failed(prog: str, fault: Exception, driver, runner) -> int:
     """The storage or the study folder failed mid-search (a fault of the machine): close
     what the storage still lets us close, stop the executor (a local Ray), say so in one line naming what
     to put right (the fault's hint), exit 1. Every row stored before the fault stays; the
     next run trains the rest."""
-    try:
-        closed = f"{driver.close()} unfinished trial(s) closed"
-    except Exception:  # the storage, or runs.csv, still fails
-        closed = (f"{driver.closed} unfinished trial(s) closed" if driver.closed is not None
-                  else "unfinished trials are closed by the next run")
+    closed = close_what_it_can(driver)
     runner.stop()
     hint = getattr(fault, "hint", "free the space or bring the database back")
     print(f"{prog}: {fault}; {closed} — {hint}, then run the same command again to resume", file=sys.stderr)
