@@ -66,3 +66,47 @@ def test_the_check_finds_a_missing_module(files):
     assert named_paths(text) == {"searchmaps/no_such_room.py", "searchmaps/maps.py", "test_no_such_file.py"}
     assert [n for n in sorted(named_paths(text)) if not resolves(n, "docs/x.md", files)] == [
         "searchmaps/no_such_room.py", "test_no_such_file.py"]
+
+
+def test_the_readme_stays_a_users_document_of_at_most_250_lines():
+    """README is install, the two commands, one example per command, the outputs, the report
+    and dashboard, stop/resume, a cluster and the committed findings (the generated block
+    included); detail goes to docs/ with a one-line pointer (issue 45), so it cannot creep back."""
+    n = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert n <= 250, f"README.md has {n} lines (at most 250): move detail to the docs/ page it belongs to"
+
+
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives a Markdown file's headings: lower case, punctuation other than
+    ``-`` and ``_`` dropped, spaces to ``-``, a repeated one suffixed ``-1``, ``-2``, ...;
+    lines inside fenced code are not headings."""
+    anchors, seen, fenced = set(), {}, False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+        m = None if fenced else re.match(r"#{1,6} (.+)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            anchors.add(slug if slug not in seen else f"{slug}-{seen[slug]}")
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_every_link_to_a_heading_finds_it(doc):
+    """A link `[x](page.md#anchor)` (or `(#anchor)` in the same page) points at a heading the
+    page has, so text moved between README and docs/ keeps its pointers live."""
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+        path = (ROOT / doc).parent / target if target else ROOT / doc
+        if path.is_dir():
+            path = path / "README.md"
+        if not path.is_file() or anchor not in heading_anchors(path.read_text(encoding="utf-8")):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{doc} links to headings that do not exist: {broken}"
+
+
+def test_the_anchor_check_follows_githubs_rules():
+    text = "# Outputs: `results/<study>/`\n```\n# not a heading\n```\n## Packed seeds (`--pack-seeds`)\n## Data\n## Data\n"
+    assert heading_anchors(text) == {"outputs-resultsstudy", "packed-seeds---pack-seeds", "data", "data-1"}
