@@ -191,6 +191,24 @@ def main(argv: list[str] | None = None) -> int:
                       executor=executor)
 
 
+def plan_from_flags(flags: list[str]) -> SearchPlan:
+    """The plan ``searchmaps.run FLAGS`` would search, every flag read and checked as the command
+    reads it (the corpus loaded for its fingerprint), for :class:`searchmaps.search.Search` in
+    a notebook or a script. A bad flag raises :class:`ConfigError` with the line the command
+    would print, instead of exiting; ``--executor`` and ``--ray-address`` go to
+    :meth:`~searchmaps.search.Search.run`, and ``--prescreen`` runs only as the command."""
+    parser = build_parser()
+
+    def refuse(message: str):
+        raise ConfigError(message)
+
+    parser.error = refuse  # argparse's own errors (an unknown flag, a bad choice) raise too
+    args = parser.parse_args([str(f) for f in flags])
+    if args.prescreen:
+        raise ConfigError("--prescreen runs only as the command (python -m searchmaps.run); leave it out here")
+    return build_plan(args)
+
+
 def print_candidates(plan: SearchPlan, out=None) -> None:
     """--dry-run: every candidate with its costs (the ``--maps`` given, else every feasible map),
     and the planned comparisons."""

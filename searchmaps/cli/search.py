@@ -19,6 +19,7 @@ from ..config import ConfigError
 from ..data import DataError
 from ..ledger import StorageFault
 from ..plan import SearchPlan
+from ..search import Search, check_results_dir  # noqa: F401  (check_results_dir: cli.supernet's too)
 from .common import fail
 
 EXIT_INTERRUPTED = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -68,33 +69,18 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     call made; a storage fault exit 1."""
     head = headline(plan)
     # open: every check before Ray starts (which is imported only then: a bad setting answers at once)
-    made = False
+    search = Search(plan)
     try:
         from ..executor import make_executor
+        from ..report.terminal import ProgressBar
 
         runner = make_executor(executor, ray_address)
         runner.check()
-        from ..driver import Driver
-        from ..ledger import Ledger, check_storage
-        from ..report.terminal import ProgressBar
-        from ..results import RunsFile, write_eval_docs
-        from ..study import SearchStudy
-
-        engine = None if plan.default_storage else check_storage(plan.storage_url)  # the default is in the folder
-        made = check_results_dir(plan.study_dir)
-        RunsFile(plan.study_dir / "runs.csv").check()
-        if narrow is not None:
-            plan = narrow(plan)
-        engine = engine or check_storage(plan.storage_url)
-        ledger = Ledger(engine, plan.study)
-        study = SearchStudy(plan, ledger)
-        plan.write_study_json(study.seeds_history)
-        write_eval_docs(plan.study_dir, plan.eval_docs)  # the report resamples documents with it
+        plan = search.open(narrow).plan  # (takes back the study folder it made when a check fails)
         bar = ProgressBar(plan, quiet)
-        driver = Driver(plan, ledger, study, on_row=bar.on_row)  # reads the study's rows and runs.csv
+        driver = search.driver
+        driver.on_row = bar.on_row
     except (ConfigError, DataError) as exc:
-        if made:
-            forget_new_folder(plan.study_dir)
         return fail(prog, exc)
     except StorageFault as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
@@ -221,33 +207,6 @@ def storage_failed(prog: str, fault: Exception, driver, runner) -> int:
     hint = getattr(fault, "hint", "free the space or bring the database back")
     print(f"{prog}: {fault}; {closed} — {hint}, then run the same command again to resume", file=sys.stderr)
     return 1
-
-
-def check_results_dir(path: Path) -> bool:
-    """Make the study folder ``path`` (and its parents) and check it is writable; True when
-    this call made it (then :func:`forget_new_folder` may take it back)."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            path.mkdir()  # atomic: of two drivers starting at once, one made it
-            made = True
-        except FileExistsError:
-            made = False
-        probe = path / ".write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise ConfigError(f"--results-dir {path} is not writable ({exc.strerror}); choose another") from None
-    return made
-
-
-def forget_new_folder(path: Path) -> None:
-    """After a failed check: remove the study folder this command made, if it is still empty
-    (never one another driver has begun to fill; the caller never passes one that was there)."""
-    try:
-        path.rmdir()
-    except OSError:
-        pass
 
 
 def os_reason(exc: OSError) -> str:
