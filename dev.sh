@@ -24,9 +24,9 @@ setup() {
   touch "$stamp"
 }
 
-# the Debian packages --data english reads (searchmaps/english.py's PACKAGES)
+# the Debian packages --data english reads (searchmaps/data/english.py's PACKAGES)
 ENGLISH_PACKAGES=(linux-doc-6.1 dict-gcide python3.11-doc perl-doc fortunes)
-# and the manual packages --data english-large adds (searchmaps/english_large.py's MANUALS)
+# and the manual packages --data english-large adds (searchmaps/data/english_large.py's MANUALS)
 ENGLISH_LARGE_PACKAGES=(apache2-doc bash-doc debian-handbook debian-policy debian-reference-en developers-reference emacs-common
   ghc-doc gimp-help-en git-doc glibc-doc gnu-standards gnucash-docs haskell98-report kicad-doc-en
   lilypond-doc-html manpages manpages-dev maxima-doc octave-doc postgresql-doc-15 python-astropy-doc

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchmaps import english
+from searchmaps.data import english
 from searchmaps.data import DataError, english_meta, inspect, load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

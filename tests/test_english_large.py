@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from searchmaps import english, english_large as large
+from searchmaps.data import english, english_large as large
 from searchmaps.data import DataError, english_meta, inspect, load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]

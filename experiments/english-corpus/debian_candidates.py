@@ -11,9 +11,9 @@ other than English (``de/``, ``fr-FR/``, ``zh_CN/`` ...) skipped; where the pack
 entities decoded (not where a text file of the same name is beside it, nor a manual's
 ``-big-page.html`` copy), and plain text, reST, Markdown, info, POD and man pages as they are;
 identical files (SHA-256) once. Dictionaries (``.dict.dz``) and fortune files (no suffix) are
-not read: :mod:`searchmaps.english` has their readers. Bytes per token: the first ``--sample`` bytes of each package's
+not read: :mod:`searchmaps.data.english` has their readers. Bytes per token: the first ``--sample`` bytes of each package's
 text encoded with the tokenizer given (the English corpus's ``bpe:1024``). A rough estimate of
-what a reader like :mod:`searchmaps.english` would get: no per-format rules beyond these.
+what a reader like :mod:`searchmaps.data.english` would get: no per-format rules beyond these.
 """
 
 from __future__ import annotations
@@ -89,8 +89,8 @@ def package_text(deb: Path) -> tuple[str, bytes]:
 
 def current(tok: str, sample: float) -> None:
     """--data english's packages: their bytes (all documents) and bytes per token (a fixed slice)."""
-    from searchmaps import english
-    from searchmaps.bpe import encode
+    from searchmaps.data import english
+    from searchmaps.data.bpe import encode
 
     _, stats = english.documents(progress=False)
     docs, _ = english.documents(limit=40, progress=False)
@@ -112,7 +112,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     tok = Path(args.tokenizer).read_text() if args.tokenizer else None
     if tok:
-        from searchmaps.bpe import encode
+        from searchmaps.data.bpe import encode
     if args.current and tok:
         current(tok, args.sample)
     print(f"{'package':28s} {'deb MB':>7s} {'text MB':>8s} {'bytes/token':>11s} {'M tokens':>9s}")

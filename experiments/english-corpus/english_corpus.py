@@ -13,7 +13,7 @@ import argparse
 import tempfile
 import time
 
-from searchmaps import bpe, english
+from searchmaps.data import bpe, english
 from searchmaps.data import english_meta, load_corpus
 
 

@@ -6,7 +6,7 @@ the dictionary's share and the epochs a horizon implies. Prints figures; nothing
         .venv/bin/python experiments/english-corpus/english_large.py --cache /tmp/largecache
 
 A document's tokens are those of its pieces (the BPE encodes text cut after each blank line,
-searchmaps.bpe), so the packages' counts add up to the corpus's, less one token or so per
+searchmaps.data.bpe), so the packages' counts add up to the corpus's, less one token or so per
 document boundary.
 """
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from searchmaps import bpe, english_large
+from searchmaps.data import bpe, english_large
 from searchmaps.data import bpe_corpus_dir, english_meta, is_val, load_corpus
 
 ILR_SMALL = 7_629 * 65_536  # --preset ilr-small's horizon: 7,629 updates of 65,536 tokens

@@ -2,9 +2,9 @@
 # A root folder holding Debian packages as an install would leave their files, without
 # installing them: each .deb of DEBS extracted (dpkg-deb -x) under ROOT, its file list written
 # to ROOT/var/lib/dpkg/info/<package>.list and its version to ROOT/var/lib/dpkg/status, which
-# is what searchmaps.english_large reads. Then: SEARCHMAPS_ENGLISH_ROOT=ROOT. Run again with
+# is what searchmaps.data.english_large reads. Then: SEARCHMAPS_ENGLISH_ROOT=ROOT. Run again with
 # another folder of .deb files to add them (a package's earlier stanza is replaced).
-#   mkdir -p /tmp/debs && (cd /tmp/debs && apt-get download $(python -c 'import searchmaps.english_large as m; print(*m.debian_names())'))
+#   mkdir -p /tmp/debs && (cd /tmp/debs && apt-get download $(python -c 'import searchmaps.data.english_large as m; print(*m.debian_names())'))
 #   bash experiments/english-corpus/unpack_root.sh /tmp/debs /tmp/englishroot
 set -euo pipefail
 debs="$1"; root="$2"

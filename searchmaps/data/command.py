@@ -48,6 +48,6 @@ def inspect(folder: str, tokenizer: str | None = None) -> str:
 
 
 def _english_packages():
-    from .. import english_large
+    from . import english_large
 
     return english_large.PACKAGES  # english's five and english-large's manuals

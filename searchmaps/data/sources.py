@@ -10,11 +10,11 @@
   skipped. The tokens are cached under ``$SEARCHMAPS_CACHE`` (default
   ``~/.cache/searchmaps``) and memory-mapped on later loads.
 * ``english``: English prose (vocab 256 bytes, or ``--tokenizer bpe:N``) assembled from five
-  documentation packages Debian ships (:mod:`searchmaps.english`), split by document, cached
+  documentation packages Debian ships (:mod:`~searchmaps.data.english`), split by document, cached
   like ``stdlib``; ``english:N`` is the slice made of the first N documents of each package
   (for tests and quick looks). Missing packages stop with one line naming them.
   ``english-large`` (``english-large:N``) is the same with 76 manual packages
-  (:mod:`searchmaps.english_large`), opt-in.
+  (:mod:`~searchmaps.data.english_large`), opt-in.
 * a UTF-8 text file, or a folder of ``.txt``/``.md`` files (recursive, sorted): the
   same byte tokenizer.
 * a nanoGPT-style ``.bin`` of uint16 token ids, or a folder holding ``train.bin`` and
@@ -310,7 +310,7 @@ def _cached_bytes(bin_path: Path, meta_path: Path) -> tuple[np.ndarray, np.ndarr
     return None
 
 
-ENGLISH_NAMES = ("english", "english-large")  # english-large: searchmaps.english_large (opt-in, larger)
+ENGLISH_NAMES = ("english", "english-large")  # english-large: searchmaps.data.english_large (opt-in, larger)
 
 
 def english_limit(data: str) -> int | None | bool:
@@ -329,7 +329,7 @@ def english_limit(data: str) -> int | None | bool:
 
 def english_module(data: str):
     """The module that reads ``data`` (an :data:`ENGLISH_NAMES` name or slice)."""
-    from .. import english, english_large
+    from . import english, english_large
 
     return english_large if data.partition(":")[0] == "english-large" else english
 
@@ -348,7 +348,7 @@ def english_tokens(data: str, cache_dir: str | os.PathLike | None, with_docs: bo
     meta (per-package documents and bytes, the package versions, the fingerprint's salt);
     with ``with_docs`` also the held-out documents' starts (the sidecar, else the documents
     read again, about 12 s for the whole corpus, and the sidecar written)."""
-    from .. import english
+    from . import english
 
     mod, name = english_module(data), data.partition(":")[0]
     limit, base = english_limit(data), english.root()

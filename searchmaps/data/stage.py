@@ -78,7 +78,7 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     (built before they were recorded) is rebuilt, said in one line on stderr: training is
     deterministic, so an intact one comes back byte for byte. The payload's hashes are checked
     by the load (:func:`load_corpus`, which rebuilds with ``rebuild=True`` on a mismatch)."""
-    from .. import bpe
+    from . import bpe
 
     corpus = load_corpus(data, cache_dir=cache_dir, tokenizer="bytes")
     if corpus.tokenizer != "bytes":

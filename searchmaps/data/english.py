@@ -175,7 +175,7 @@ def collect(packages, sources, base: Path, limit: int | None, desc: str, progres
             ) -> tuple[list[tuple[str, bytes]], dict[str, dict[str, int]]]:
     """The documents of ``packages`` (``sources(pkg, base)``: ``(name, make text)`` pairs), tidied,
     empty and repeated (SHA-256) texts dropped, in name order, with per-package counts: what
-    :func:`documents` returns, shared with :mod:`searchmaps.english_large`."""
+    :func:`documents` returns, shared with :mod:`~searchmaps.data.english_large`."""
     from tqdm import tqdm
 
     todo = []

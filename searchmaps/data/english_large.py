@@ -1,5 +1,5 @@
 """A larger English corpus, ``--data english-large``: ``--data english``'s five packages
-(:mod:`searchmaps.english`, read by its own rules) and :data:`MANUALS`, 76 manual,
+(:mod:`~searchmaps.data.english`, read by its own rules) and :data:`MANUALS`, 76 manual,
 handbook and guide packages Debian ships (bookworm, ``main``), read under
 ``$SEARCHMAPS_ENGLISH_ROOT`` (default ``/``) like ``english``. Opt-in: ``english`` stays what
 the committed studies ran.
