@@ -19,8 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from searchmaps.data import english
-from searchmaps.data import DataError, english_meta, inspect, load_corpus
+from searchmaps.data import DataError, english, english_meta, inspect, load_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
 SLICE = "english:12"  # 12 documents of each package: 60 documents, 2 of them held out
@@ -227,7 +226,7 @@ def test_inspect_names_the_packages_of_the_slice(built, monkeypatch):
 
 def test_a_bad_slice_is_one_line():
     for bad in ("english:0", "english:x", "english:"):
-        with pytest.raises(DataError, match=f"^--data {bad}: the English slice is english:N"):
+        with pytest.raises(DataError, match=f"^--data {bad}: the slice is english:N"):
             load_corpus(bad)
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from searchmaps.data import english, english_large as large
-from searchmaps.data import DataError, english_meta, inspect, load_corpus
+from searchmaps.data import DataError, english, english_meta, inspect, load_corpus
+from searchmaps.data import english_large as large
 
 ROOT = Path(__file__).resolve().parents[1]
 PROSE = ("The quick brown fox jumps over the lazy dog while {w} readers learn how {w} manuals explain "
@@ -189,7 +189,7 @@ def test_same_files_give_the_same_tokens_and_english_is_another_corpus(root, tmp
 def test_a_slice_takes_n_documents_of_each_package(root, tmp_path):
     meta = english_meta("english-large:1", tmp_path)
     assert all(st["documents"] + st["duplicates"] + st["empty"] <= 1 for st in meta["packages"].values())
-    with pytest.raises(DataError, match="^--data english-large:0: the English slice is english-large:N"):
+    with pytest.raises(DataError, match="^--data english-large:0: the slice is english-large:N"):
         load_corpus("english-large:0")
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from ..data import DataError, bpe_corpus_dir, inspect, parse_tokenizer
+from ..data import NAMED, DataError, bpe_corpus_dir, inspect, parse_tokenizer
 from .common import Parser
 
 
@@ -14,11 +14,11 @@ def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="python -m searchmaps.data", description="prepare or inspect a corpus")
     sub = p.add_subparsers(dest="cmd", required=True, metavar="prepare|inspect")
     pp = sub.add_parser("prepare", help="tokenize --data once into DIR (train.bin, val.bin, meta.json)")
-    pp.add_argument("--data", default="stdlib", help="stdlib, english, english-large, NAME:N (a slice), or a path")
+    pp.add_argument("--data", default="stdlib", help=f"{', '.join(NAMED)}, NAME:N (a slice), or a path")
     pp.add_argument("--tokenizer", required=True, help="bpe:N")
     pp.add_argument("--out", required=True)
     pi = sub.add_parser("inspect", help="documents, tokens, bytes per token, split sizes")
-    pi.add_argument("dir", help="a prepared folder, a .bin folder, or a named corpus (stdlib, english, english-large)")
+    pi.add_argument("dir", help=f"a prepared folder, a .bin folder, or a named corpus ({', '.join(NAMED)})")
     pi.add_argument("--tokenizer", default=None,
                     help="bytes or bpe:N: the corpus as --data DIR --tokenizer T trains on it (a named corpus's BPE "
                          "folder, built into the cache if it is not there yet, and its path)")

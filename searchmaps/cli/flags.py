@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..config import (ATTENTION_KERNELS, COOLDOWN_SHAPES, EVAL_PROTOCOLS, EXIT_EPS_GRID, INITS, POSITIONAL_ENCODINGS, RESIDUALS,
                       SCHEDULES, TRAIN_SAMPLINGS, ConfigError, ModelConfig, ReuseMap)
+from ..data import named_help
 from ..presets import PRESETS, get_preset
 from ..supernet.method import SAMPLINGS, SPLIT_BUDGETS, SPLITS, SupernetMethod
 from .common import count, counts, number, numbers, texts, thresholds
@@ -162,10 +163,8 @@ def add_proxy_args(g, search: bool) -> None:
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("data and hardware")
     g.add_argument("--data", default=None,
-                   help="stdlib (built-in, offline; the default, or the corpus --preset names), english (Debian doc "
-                        "packages: bash dev.sh data english; english:N a slice), "
-                        "english-large (76 manual packages: bash dev.sh data english-large), "
-                        "a text file, a folder of .txt/.md, or a uint16 .bin")
+                   help=f"a named corpus: {named_help()}; or a text file, a folder of .txt/.md, or a uint16 .bin "
+                        f"(default: the corpus --preset names, else {DEFAULT_DATA})")
     g.add_argument("--vocab-size", type=int, default=None, help="vocabulary of a .bin corpus (or its meta.json)")
     g.add_argument("--tokenizer", default=None,
                    help="bytes (default) or bpe:N: a byte-level BPE of N entries trained on the training split, cached")

@@ -27,6 +27,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import numpy as np
+
 from .corpus import DataError
 
 CACHE_FORMAT = 1  # bump when the stdlib recipe changes so stale caches are ignored
@@ -125,3 +127,28 @@ def damage(meta_path: Path, meta: object, names: tuple[str, ...]) -> str | None:
 def warn_rebuild(problem: str) -> None:
     """The one line on stderr that says a damaged entry is being rebuilt from its source."""
     print(f"searchmaps: {problem}; rebuilding it", file=sys.stderr, flush=True)
+
+
+def cached_bytes(bin_path: Path, meta_path: Path) -> tuple[np.ndarray, np.ndarray, dict] | None:
+    """A cached byte corpus (``bin_path``: train then validation bytes; ``meta_path``, written
+    last: ``n_train``, ``n_val``, sealed by :func:`seal`) memory-mapped, with its meta; None
+    when there is none or it is damaged (said in one line on stderr) or was written before
+    hashes were recorded (rebuilt rather than trusted unchecked: its source is here and
+    rebuilds it byte for byte, stdlib in under a second, English in 12 s)."""
+    try:
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None  # never built, or the build stopped before its record: build quietly
+    except (OSError, ValueError):
+        warn_rebuild(f"cache file {meta_path} is not readable JSON")
+        return None
+    problem = damage(meta_path, meta, (bin_path.name,))
+    if problem is None:
+        n_train, n_val = meta.get("n_train"), meta.get("n_val")
+        if (isinstance(n_train, int) and isinstance(n_val, int) and n_train > 0 and n_val > 0
+                and n_train + n_val == bin_path.stat().st_size):
+            tokens = np.memmap(bin_path, dtype=np.uint8, mode="r")
+            return tokens[:n_train], tokens[n_train:], unsealed(meta)
+        problem = f"cache file {meta_path} does not describe {bin_path.name}"
+    warn_rebuild(problem)
+    return None

@@ -6,20 +6,22 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .sources import english_limit, english_tokens
+from .named import NAMED, lookup
 from .stage import load_corpus
 
 
 def inspect(folder: str, tokenizer: str | None = None) -> str:
-    """``python -m searchmaps.data inspect DIR [--tokenizer T]``'s lines (DIR may also be
-    ``english``, ``english-large``, ``NAME:N`` or ``stdlib``; with ``--tokenizer bpe:N`` a named
-    corpus is its BPE folder in the cache, built there if it is not yet, and the ``corpus`` line
-    names it: the folder ``benchmarks/gpu_carry.sh`` carries)."""
+    """``python -m searchmaps.data inspect DIR [--tokenizer T]``'s lines (DIR may also be a
+    named corpus of :data:`~searchmaps.data.named.NAMED` or a slice ``NAME:N``; with ``--tokenizer
+    bpe:N`` a named corpus is its BPE folder in the cache, built there if it is not yet, and the
+    ``corpus`` line names it: the folder ``benchmarks/gpu_carry.sh`` carries)."""
     corpus = load_corpus(folder, tokenizer=tokenizer)
     where = Path(corpus.name) if Path(corpus.name).is_dir() else None  # a folder of .bin files
-    if english_limit(folder) is not False and where is None:
-        meta = dict(english_tokens(folder, None)[2])
-        meta["bytes"] = {"train": meta["n_train"], "val": meta["n_val"]}
+    named = lookup(folder) if where is None else None
+    if named:
+        meta = named[0].describe(folder, named[1], None) or {}
+        if "n_train" in meta:
+            meta["bytes"] = {"train": meta["n_train"], "val": meta["n_val"]}
     else:
         try:
             meta = json.loads(((where or Path(folder)) / "meta.json").read_text())
@@ -38,7 +40,7 @@ def inspect(folder: str, tokenizer: str | None = None) -> str:
         lines.append("bytes/token 1.000")
     if isinstance(meta.get("packages"), dict):
         versions = meta.get("versions") or {}
-        debian = {p.name: p.debian for p in _english_packages()}
+        debian = {p.name: p.debian for entry in NAMED.values() for p in entry.packages}
         for name, st in meta["packages"].items():
             deb = debian.get(name, name)
             lines.append(f"  {name:<11} {st['documents']:>6,} documents {st['bytes'] / 1e6:>7.1f} MB  "
@@ -46,8 +48,3 @@ def inspect(folder: str, tokenizer: str | None = None) -> str:
                          f"{st['empty']} empty dropped)")
     return "\n".join(lines)
 
-
-def _english_packages():
-    from . import english_large
-
-    return english_large.PACKAGES  # english's five and english-large's manuals

@@ -31,6 +31,9 @@ from typing import Callable
 
 RECIPE = 1  # bump when an extraction rule changes: part of the cache key and the fingerprint
 GCIDE_ENTRIES = 500
+# what shapes the documents besides the package versions: the recipe fields of the cache key and
+# the fingerprint's salt (searchmaps.data.named)
+SALT = {"recipe": RECIPE, "gcide_entries": GCIDE_ENTRIES}
 ROOT_ENV = "SEARCHMAPS_ENGLISH_ROOT"
 DPKG_STATUS = "var/lib/dpkg/status"
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from .cache import DamagedCache, atomic_write, cache_root, record_damage, seal, sha256_bytes, warn_rebuild
 from .corpus import Corpus, DataError
-from .sources import count_docs, english_limit, english_tokens, is_bin, load_source
+from .named import lookup
+from .sources import count_docs, is_bin, load_source
 
 BPE_FILES = ("tokenizer.json", "train.bin", "val.bin")
 
@@ -109,14 +110,15 @@ def bpe_corpus_dir(data: str, vocab: int, cache_dir: str | os.PathLike | None = 
     sha = hashlib.sha256(tok_json.encode()).hexdigest()[:12]
     train_ids = bpe.encode(tok_json, train_b, progress, "encode train")
     val_ids = bpe.encode(tok_json, val_b, progress, "encode val")
-    english = english_tokens(data, cache_dir)[2] if english_limit(data) is not False else None
+    named = lookup(data)
+    source = named[0].describe(data, named[1], cache_dir) if named else None  # None: stdlib records no documents
     meta = {"vocab_size": vocab, "tokenizer": f"bpe:{vocab}/{sha}", "source": data,
             "source_fingerprint": corpus.fingerprint,
-            "documents": english["documents"] if english else count_docs(data),
+            "documents": source["documents"] if source else None if named else count_docs(data),
             "bytes": {"train": len(train_b), "val": len(val_b)},
             "tokens": {"train": int(len(train_ids)), "val": int(len(val_ids))}}
-    if english:
-        meta["packages"], meta["versions"] = english["packages"], english["versions"]
+    if source:
+        meta["packages"], meta["versions"] = source["packages"], source["versions"]
     folder.mkdir(parents=True, exist_ok=True)
     payload = {"tokenizer.json": tok_json.encode(), "train.bin": train_ids.tobytes(), "val.bin": val_ids.tobytes()}
     for name, blob in payload.items():
