@@ -118,9 +118,9 @@ def test_an_unknown_name_names_the_choices(tmp_path, monkeypatch):
     assert all(name in str(err.value) for name, e in NAMED.items() if e.packages)
 
 
-def test_missing_packages_name_them_and_the_install_command(entry, tmp_path, monkeypatch):
-    if not entry.packages:
-        pytest.skip(f"{entry.name} needs no package")
+@pytest.mark.parametrize("name", sorted(n for n, e in NAMED.items() if e.packages))
+def test_missing_packages_name_them_and_the_install_command(name, tmp_path, monkeypatch):
+    entry = NAMED[name]
     monkeypatch.setenv(entry.module.ROOT_ENV, str(tmp_path / "empty"))
     with pytest.raises(DataError) as err:
         load_corpus(entry.name, cache_dir=tmp_path / "cache")
