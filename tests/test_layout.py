@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 # pipeline order, lowest first: a module may import only modules before it
 ORDER = ["attention", "encodings", "maps", "config", "flops", "presets", "device", "faults", "model", "data.corpus", "data.cache", "data.documents", "data.split", "data.bpe", "data.english", "data.english_large", "data.named", "data.sources",
          "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results.record", "results.file", "results", "objectives",
-         "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
+         "stats.procedures", "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",
          "stats.topgroup.rules.mcb", "stats.topgroup.rules.moderated", "stats.topgroup.rules", "stats.topgroup.power",
          "stats.topgroup.noise", "stats.topgroup", "stats.racing", "stats.analysis", "stats.bootstrap", "stats.ranks",

@@ -5,6 +5,7 @@ below are in units of the independent noise sd)."""
 
 import inspect
 import itertools
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -411,3 +412,126 @@ def test_planned_comparisons_are_corrected_over_their_own_family():
     assert bool(out.loc[0, "significant"]) and not bool(out.loc[1, "significant"])
     with pytest.raises(ValueError, match="D"):
         planned_comparisons(pd.DataFrame(rows), [("A", "D")])
+
+
+# --------------------------------------------------------------------------- the registries (contract)
+
+# 5 comparisons x 5 paired seeds: mixed signs, a constant row, an all-zero row, a tie-free row
+DIFFS = np.array([[0.3, 0.1, -0.05, 0.2, 0.25],
+                  [0.1, 0.1, 0.1, 0.1, 0.1],
+                  [-0.2, 0.15, -0.1, 0.05, -0.3],
+                  [0.0, 0.0, 0.0, 0.0, 0.0],
+                  [0.4, -0.1, 0.2, 0.3, 0.05]])
+# what the name-switched code (before the registries, 9f3f898) gave on DIFFS: the records must not move them
+PVALUES_BEFORE = {"ttest": [0.061415973525170475, 0.0, 0.3821257899957514, 1.0, 0.12835348651691136],
+                  "signflip": [0.125, 0.0625, 0.4375, 1.0, 0.1875],
+                  "wilcoxon": [0.125, 0.0625, 0.4375, 1.0, 0.1875]}
+RAW_P = np.array([0.01, 0.04, 0.03, 0.2, 0.005])
+ADJUSTED_BEFORE = {"holm": [0.04, 0.09, 0.09, 0.2, 0.025], "bonferroni": [0.05, 0.2, 0.15, 1.0, 0.025],
+                   "fdr_bh": [0.024999999999999998, 0.049999999999999996, 0.049999999999999996, 0.2,
+                              0.024999999999999998]}
+
+
+def _enumerated_signflip(row) -> float:
+    """Two-sided exact sign-flip p by listing every sign pattern (the definition)."""
+    obs = abs(row.sum())
+    sums = [abs(np.dot(signs, row)) for signs in itertools.product((1.0, -1.0), repeat=row.size)]
+    return float(np.mean([s >= obs - 1e-10 * np.abs(row).sum() for s in sums]))
+
+
+def _reference(name: str, row: np.ndarray) -> float | None:
+    """The p-value of one row straight from scipy or the definition (None: no reference here)."""
+    if np.all(row == 0):
+        return 1.0
+    if name == "ttest":
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # the constant row: sd 0
+            p = stats.ttest_rel(row, np.zeros_like(row)).pvalue
+        return 1.0 if np.isnan(p) else float(p)
+    if name == "signflip":
+        return _enumerated_signflip(row)
+    if name == "wilcoxon" and len(set(np.abs(row))) == row.size and np.all(row != 0):
+        return float(stats.wilcoxon(row, method="exact").pvalue)
+    return None
+
+
+@pytest.mark.parametrize("name", sorted(S.PAIRED_TESTS))
+def test_every_paired_test_keeps_its_pvalues_floor_and_words(name):
+    from searchmaps.report.sentences import cannot_reject_sentence, family_label
+
+    test = S.PAIRED_TESTS[name]
+    assert test.name == name and name in S.METHODS and test.companion in S.PAIRED_TESTS
+    got = [S.paired_test(row, np.zeros(row.size), method=name)["p_value"] for row in DIFFS]
+    assert got == PVALUES_BEFORE[name]  # bit for bit
+    for row, p in zip(DIFFS, got):
+        ref = _reference(name, row)
+        if ref is not None:
+            assert p == pytest.approx(ref, rel=1e-12, abs=1e-15)
+    for n in (2, 3, 5, 8):  # the floor is what the test says, and all-positive differences reach it
+        floor = S.min_pvalue(name, n)
+        same_sign = 1.0 + 1e-6 * np.arange(n)  # all positive, tie-free, nearly constant: a huge effect
+        p_best = S.paired_test(same_sign, np.zeros(n), method=name)["p_value"]
+        assert floor == test.min_pvalue(n) == (2 / 2**n if test.exact else 0.0)
+        assert p_best == floor if test.exact else p_best < 1e-5
+        assert S.resolution(name, n, 0.05, 3)["min_seeds"] == test.min_seeds(0.05 / 3)
+    assert S.min_pvalue(name, 1) == 1.0
+    for corr in S.FAMILY_WISE:  # the report names it by its words
+        res = S.analyze(OBVIOUS, method=name, correction=corr, rule="holm")
+        assert family_label(res) == f"{test.words}s, {S.CORRECTIONS[corr].words}-corrected over all 3 pairs"
+        stuck = [("over all 55 pairs", S.resolution(name, 5, 0.05, 55))]
+        warning = cannot_reject_sentence(name, corr, stuck)
+        assert (warning is not None) == test.exact
+        if test.exact:
+            assert warning.startswith(f"The {test.words} cannot find") and S.CORRECTIONS[corr].bar in warning
+
+
+@pytest.mark.parametrize("name", sorted(S.CORRECTIONS))
+def test_every_correction_keeps_its_adjustment_and_family_wise_flag(name):
+    corr = S.CORRECTIONS[name]
+    assert corr.name == name
+    got = S.adjust_pvalues(RAW_P, name)
+    assert got.tolist() == ADJUSTED_BEFORE[name]  # bit for bit
+    np.testing.assert_allclose(got, multipletests(RAW_P, method=name)[1], rtol=1e-12)
+    assert (name in S.FAMILY_WISE) == corr.family_wise
+    if corr.family_wise:
+        S.require_family_wise(name)
+        assert corr.bar and corr.under and corr.refusal is None
+    else:
+        with pytest.raises(ValueError, match="needs family-wise control"):
+            S.require_family_wise(name)
+
+
+def test_unknown_names_raise_as_before():
+    with pytest.raises(ValueError, match=r"method must be one of \('ttest', 'signflip', 'wilcoxon'\), got 'nope'"):
+        S.min_pvalue("nope", 5)
+    with pytest.raises(ValueError, match=r"method must be one of .* got 'nope'"):
+        S.paired_test([1.0, 2.0, 3.0], [0.0, 0.0, 0.0], method="nope")
+    with pytest.raises(ValueError, match="correction must be one of holm, bonferroni, got 'fdr_bh'"):
+        S.require_family_wise("fdr_bh")
+    with pytest.raises(ValueError):
+        S.adjust_pvalues(RAW_P, "nope")  # statsmodels' own refusal, as before
+    np.testing.assert_allclose(S.adjust_pvalues(RAW_P, "sidak"), multipletests(RAW_P, method="sidak")[1])
+    assert S.adjust_pvalues(RAW_P, None).tolist() == RAW_P.tolist()
+
+
+def test_a_test_and_a_correction_added_to_the_registries_alone_are_usable(monkeypatch):
+    def sign_test(d, rng):  # the exact two-sided sign test: ranks nothing, counts signs
+        return np.array([stats.binomtest(int((row > 0).sum()), int((row != 0).sum())).pvalue for row in d])
+
+    monkeypatch.setitem(S.PAIRED_TESTS, "signtest",
+                        S.PairedTest("signtest", "exact sign test", sign_test, exact=True, companion="ttest"))
+    monkeypatch.setitem(S.CORRECTIONS, "double",
+                        S.Correction("double", "Doubled", lambda p: np.minimum(2 * p, 1.0), family_wise=True,
+                                     bar="the doubling", under="under doubling"))
+    pairs = S.all_pairs(S.to_matrix(OBVIOUS), "signtest", "double")
+    assert pairs["family_size"] == 3
+    for key, r in pairs.items():
+        if key != "family_size":
+            assert r["p_value"] == 2 / 2**8 and r["p_adjusted"] == 4 / 2**8  # every seed agrees on the sign
+    out = S.compare(OBVIOUS, method="signtest", correction="double")
+    assert (out["p_value"] == 2 / 2**8).all() and out["significant"].all()
+    assert S.min_pvalue("signtest", 8) == 2 / 2**8
+    S.require_family_wise("double")
+    res = S.analyze(OBVIOUS, method="signtest", correction="double", rule="holm")
+    from searchmaps.report.sentences import family_label
+    assert family_label(res) == "exact sign tests, Doubled-corrected over all 3 pairs"

@@ -9,8 +9,8 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..stats import Analysis
-from .sentences import CORRECTION_NAMES, TEST_NAMES, family_label, p_eq
+from ..stats import CORRECTIONS, PAIRED_TESTS, Analysis
+from .sentences import family_label, p_eq
 
 
 
@@ -80,13 +80,13 @@ def protocol_sentences(info: dict, runs: pd.DataFrame, ok: pd.DataFrame, res: An
         out.append(f"Pairwise p-values (the ranking's, the significance matrix's and the baseline comparisons'): "
                    f"{family_label(res)}, on {scale}, α = {res.alpha:g}: a map is out of the top group exactly "
                    f"when its p against the best is at most α. The planned comparisons use the "
-                   f"{TEST_NAMES[res.method]}, corrected over their own family; the {TEST_NAMES[second_name]}, "
-                   f"{CORRECTION_NAMES[correction]}-corrected over all pairs, is a second opinion (summary.csv's "
+                   f"{PAIRED_TESTS[res.method].words}, corrected over their own family; the {PAIRED_TESTS[second_name].words}, "
+                   f"{CORRECTIONS[correction].words}-corrected over all pairs, is a second opinion (summary.csv's "
                    f"*_{second_name} columns).")
     else:
         out.append(f"Pairwise tests (the ranking's p-values and the significance matrix): "
-                   f"{TEST_NAMES[res.method]} on {scale}, two-sided, with the "
-                   f"{TEST_NAMES[second_name]} beside it as a second opinion; {CORRECTION_NAMES[correction]} "
+                   f"{PAIRED_TESTS[res.method].words} on {scale}, two-sided, with the "
+                   f"{PAIRED_TESTS[second_name].words} beside it as a second opinion; {CORRECTIONS[correction].words} "
                    f"correction over all {res.family_size} candidate pairs, α = {res.alpha:g}.")
     out += _rule_sentences(res)
     out += _floor_sentences(res, correction)
@@ -215,18 +215,17 @@ def _floor_sentences(res: Analysis, correction: str) -> list[str]:
     if n < 2 or res.family_size == 0:
         return []
     floor = 2 / 2**n
-    step = (f"p ≤ α/m = {thr:.2g} to pass Holm's first step over m = {m} pairs" if correction == "holm"
-            else f"p ≤ α/m = {thr:.2g} under Bonferroni over m = {m} pairs")
+    step = f"p ≤ α/m = {thr:.2g} {CORRECTIONS[correction].under} over m = {m} pairs"
     need = math.ceil(math.log2(2 / thr) - 1e-12)
     can = ("could not reject anything" if floor > thr
            else "can reject only pairs whose differences nearly all share a sign")
-    if res.method == "ttest":
+    if not PAIRED_TESTS[res.method].exact:
         return [f"Why the t-test: with {n} paired seeds the exact sign-flip and Wilcoxon tests' smallest two-sided "
                 f"p is 2/2^{n} = {floor:.3g}, and a pair needs {step}, so they {can} (they need at least {need} "
                 f"seeds; with 3-5 seeds they cannot even reach p < 0.05). The t-test has no such floor."]
     if floor > thr:
         return []  # the warning says it, first and louder
-    return [f"The {TEST_NAMES[res.method]}'s smallest two-sided p with {n} paired seeds is 2/2^{n} = {floor:.3g} "
+    return [f"The {PAIRED_TESTS[res.method].words}'s smallest two-sided p with {n} paired seeds is 2/2^{n} = {floor:.3g} "
             f"and a pair needs {step}, so it {can}."]
 
 

@@ -9,12 +9,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from ..stats import DEFAULT_RULE, Analysis, TopGroup, get_rule
+from ..stats import CORRECTIONS, DEFAULT_RULE, PAIRED_TESTS, Analysis, TopGroup, get_rule
 from ..stats.topgroup.rule import span
 
-TEST_NAMES = {"ttest": "paired t-test", "signflip": "exact paired sign-flip test",
-              "wilcoxon": "exact Wilcoxon signed-rank test"}
-CORRECTION_NAMES = {"holm": "Holm", "bonferroni": "Bonferroni"}
 _WORDS = {2: "two", 3: "three", 4: "four", 5: "five", 6: "six", 7: "seven", 8: "eight", 9: "nine", 10: "ten"}
 
 
@@ -260,7 +257,7 @@ def family_label(res: Analysis, short: bool = False) -> str:
         return (f"the {res.rule} rule's family ({n} pairs)" if short else
                 f"the {res.rule} rule's simultaneous comparisons of all {n} pairs (the top group's own test)")
     return (f"the all-pairs family ({n} pairs)" if short else
-            f"{TEST_NAMES[res.method]}s, {CORRECTION_NAMES[res.correction]}-corrected over all {n} pairs")
+            f"{PAIRED_TESTS[res.method].words}s, {CORRECTIONS[res.correction].words}-corrected over all {n} pairs")
 
 
 def family_sentences(planned: pd.DataFrame, family_size: int, res: Analysis | None = None) -> list[str]:
@@ -293,16 +290,17 @@ def cannot_reject_sentence(method: str, correction: str, families: list[tuple[st
     None when it can. ``families`` are (``"over all 55 pairs"``-style description,
     :func:`searchmaps.stats.resolution`) for the all-pairs and planned families; ``rule``
     the top-group rule (None: the study's test decides the top group too)."""
+    test = PAIRED_TESTS[method]
     stuck = [(what, r) for what, r in families if r["n_seeds"] >= 2 and not r["can_reject"]]
-    if method == "ttest" or not stuck:
+    if not test.exact or not stuck:
         return None
     n = max(r["n_seeds"] for _, r in stuck)
     need = " and ".join(f"p ≤ α/m = {r['threshold']:.2g} {what}" for what, r in stuck)
-    step = "Holm's first step" if correction == "holm" else "the Bonferroni correction"
+    step = CORRECTIONS[correction].bar
     outcome = ("every candidate stays in the top group" if rule is None or get_rule(rule).study_test else
                f"no pairwise p-value or planned comparison can be; the top group, chosen by the {rule} rule, does not "
                f"use this test")
-    return (f"The {TEST_NAMES[method]} cannot find any difference with these seeds: with {n} paired seeds its "
+    return (f"The {test.words} cannot find any difference with these seeds: with {n} paired seeds its "
             f"smallest two-sided p is 2/2^{n} = {2 / 2**n:.3g}, but {step} needs {need}, so nothing can be "
             f"significant ({outcome}) whatever the data say. Use --test ttest, or "
             f"at least {max(r['min_seeds'] for _, r in stuck)} seeds.")

@@ -57,14 +57,14 @@ class Report:
 def _check_settings(alpha: float, method: str, correction: str) -> None:
     if not 0 < alpha < 1:
         raise ReportError(f"--alpha must be between 0 and 1, got {alpha}")
-    if method not in stats.METHODS:
-        raise ReportError(f"--test must be one of {', '.join(stats.METHODS)}, got {method!r}")
-    if correction == "fdr_bh":
-        raise ReportError("--correction fdr_bh is refused: the top group needs family-wise control, and "
-                          "Benjamini-Hochberg drops a map as good as the best from it in about 1 study in 6 "
-                          "(5 equal and 6 worse maps); use holm (the default) or bonferroni")
-    if correction not in stats.FAMILY_WISE:
-        raise ReportError(f"--correction must be one of {', '.join(stats.FAMILY_WISE)}, got {correction!r}")
+    if method not in stats.PAIRED_TESTS:
+        raise ReportError(f"--test must be one of {', '.join(stats.PAIRED_TESTS)}, got {method!r}")
+    rec = stats.CORRECTIONS.get(correction) if isinstance(correction, str) else None
+    if rec is not None and rec.refusal:
+        raise ReportError(f"--correction {correction} is refused: {rec.refusal}")
+    if rec is None or not rec.family_wise:
+        family_wise = [k for k, c in stats.CORRECTIONS.items() if c.family_wise]
+        raise ReportError(f"--correction must be one of {', '.join(family_wise)}, got {correction!r}")
 
 
 def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correction: str = "holm",
@@ -108,7 +108,7 @@ def write_report(study_dir, alpha: float = 0.05, method: str = "ttest", correcti
     ref = resolve_reference(reference, ok, cands)
     res = stats.analyze(ok, metric=METRIC, reference=ref, alpha=alpha, method=method, correction=correction,
                         rule=rule)
-    second_name = "signflip" if method == "ttest" else "ttest"
+    second_name = stats.PAIRED_TESTS[method].companion
     several = ok["candidate"].nunique() > 1
     second = stats.pairwise_pvalues(ok, METRIC, method=second_name, correction=correction) if several else None
     try:

@@ -1,7 +1,8 @@
 """Statistics, in one room (pure: rows in, numbers and tables out; no files, no plotting).
 
-- :mod:`~searchmaps.stats.paired`: paired tests over seeds, corrections, all pairs, planned
-  comparisons; :mod:`~searchmaps.stats.detectable`: the difference the seeds can resolve.
+- :mod:`~searchmaps.stats.procedures`: the paired tests and corrections, one record each
+  (:data:`PAIRED_TESTS`, :data:`CORRECTIONS`); :mod:`~searchmaps.stats.paired`: paired tests
+  over seeds, corrections, all pairs, planned comparisons; :mod:`~searchmaps.stats.detectable`: the difference the seeds can resolve.
 - :mod:`~searchmaps.stats.topgroup`: the rules that pick the top group (one file each in
   ``topgroup/rules/``), their power and the noise check.
 - :mod:`~searchmaps.stats.analysis`: :func:`analyze`, a study's statistics as one frozen
@@ -34,6 +35,7 @@ from .paired import (FAMILY_WISE, METHODS, adjust_pvalues, all_pairs, best_candi
                      pairwise_pvalues, planned_comparisons, pvalue_matrix, reference_candidate, require_family_wise,
                      resolution, signflip_pvalues, summarize, to_matrix, top_group_of_pairs, wilcoxon_pvalues)
 from .fidelity import proxy_fidelity
+from .procedures import CORRECTIONS, PAIRED_TESTS, Correction, PairedTest, correction_of, paired_test_of
 from .proxy import full_study_ceiling, proxy_agreement, seed_splits, split_half_agreement
 from .racing import race_step
 from .ranks import PUBLISHED_SD, agreement_shift, agreement_with, rank_by_rung, rank_stability
@@ -44,13 +46,13 @@ from .topgroup import (DEFAULT_RULE, NOISE_SPREAD, POOLED_RULE, RULES, Rule, Top
                        variance_spread)
 
 __all__ = [
-    "ALPHA_MAX", "ALPHA_MIN", "Analysis", "DEFAULT_RULE", "FAMILY_WISE", "METHODS", "MIN_COVERAGE", "NOISE_SPREAD",
-    "N_BOOT", "POOLED_RULE", "PUBLISHED_SD", "RULES", "Rule", "TopGroup", "adjust_pvalues", "agreement_shift",
+    "ALPHA_MAX", "ALPHA_MIN", "Analysis", "CORRECTIONS", "Correction", "DEFAULT_RULE", "FAMILY_WISE", "METHODS", "MIN_COVERAGE", "NOISE_SPREAD",
+    "N_BOOT", "PAIRED_TESTS", "POOLED_RULE", "PairedTest", "PUBLISHED_SD", "RULES", "Rule", "TopGroup", "adjust_pvalues", "agreement_shift",
     "agreement_with", "all_pairs", "analyze", "best_candidate", "boot_indices", "budgets_of", "bootstrap_coverage", "bounds_hit",
-    "check_reference", "check_rule", "compare", "comparison_table", "crossings", "cube", "detectable_difference",
+    "check_reference", "check_rule", "compare", "correction_of", "comparison_table", "crossings", "cube", "detectable_difference",
     "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
     "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "min_detectable_effect", "min_pvalue",
-    "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "pairwise_analysis",
+    "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "paired_test_of", "pairwise_analysis",
     "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "proxy_fidelity", "pvalue_matrix",
     "race_step", "rank_by_rung", "rank_stability", "reference_candidate", "require_family_wise", "resolution",
     "rule_detail", "seed_splits", "seeds_needed", "shared_floor", "shared_seeds", "signflip_pvalues", "simultaneous_pvalues",

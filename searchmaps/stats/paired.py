@@ -8,7 +8,7 @@ comparison is PAIRED on seed and uses only the seeds both candidates have. Resul
 plain dicts and DataFrames; metric units are kept (a ``mean_diff`` of 0.3 on
 ``val_ppl`` means 0.3 perplexity points).
 
-Tests (``method``): the paired t-test (``"ttest"``, the default everywhere), the exact
+Tests (``method``, records in :mod:`searchmaps.stats.procedures`): the paired t-test (``"ttest"``, the default everywhere), the exact
 sign-flip permutation test (``"signflip"``) and the exact Wilcoxon signed-rank test
 (``"wilcoxon"``). The two exact tests have a floor: with n paired seeds their smallest
 two-sided p is 2 / 2**n (0.25 with 3 seeds, 0.0625 with 5), so they can reject only when
@@ -38,15 +38,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
 import numpy as np
 import pandas as pd
 from scipy import stats
-from statsmodels.stats.multitest import multipletests
 
-METHODS = ("ttest", "signflip", "wilcoxon")
-FAMILY_WISE = ("holm", "bonferroni")  # corrections that bound the chance of ANY false rejection
+from .procedures import (CORRECTIONS, FAMILY_WISE, METHODS, PAIRED_TESTS, correction_of,  # noqa: F401  (re-exported)
+                         paired_test_of, signflip_pvalues, wilcoxon_pvalues)
 
 
 # --------------------------------------------------------------------------- shape
@@ -108,70 +106,12 @@ def summarize(df: pd.DataFrame, metric: str = "val_ppl", confidence: float = 0.9
 # --------------------------------------------------------------------------- paired tests
 
 
-def signflip_pvalues(diffs, max_exact: int = 16, n_resamples: int = 9999, random_state=0) -> np.ndarray:
-    """Two-sided sign-flip permutation p-values of ``mean(d) == 0``, one per row.
-
-    ``diffs`` is ``(m, n)``: m comparisons over the same number n of paired seeds.
-    For n <= ``max_exact`` all 2**n sign patterns are enumerated with numpy (same
-    p-values as ``scipy.stats.permutation_test(..., permutation_type="samples")``,
-    checked in the tests; sums within 1e-10 * sum|d| of the observed one count as
-    ties, which unlike scipy's 100-eps relative tolerance also catches ties among
-    rounded metrics). Above ``max_exact`` it delegates to
-    scipy's Monte Carlo version with ``n_resamples`` draws from ``random_state``.
-    """
-    d = np.atleast_2d(np.asarray(diffs, dtype=float))
-    m, n = d.shape
-    if n == 0:
-        return np.ones(m)
-    if n > max_exact:
-        res = stats.permutation_test(
-            (d,), lambda x, axis: np.mean(x, axis=axis), permutation_type="samples",
-            vectorized=True, axis=-1, n_resamples=n_resamples, random_state=random_state,
-        )
-        return np.atleast_1d(res.pvalue)
-    p = np.empty(m)
-    chunk = max(1, 2**22 // 2**n)
-    for lo in range(0, m, chunk):
-        block = d[lo:lo + chunk]
-        null = np.concatenate([block[:, :1], -block[:, :1]], axis=1)
-        for i in range(1, n):  # every sign pattern, by doubling (no BLAS threads)
-            null = np.concatenate([null + block[:, i:i + 1], null - block[:, i:i + 1]], axis=1)
-        null = np.abs(null)  # column 0 is the observed sum (all signs +)
-        tol = 1e-10 * np.abs(block).sum(axis=1, keepdims=True)  # sums equal up to rounding tie
-        p[lo:lo + chunk] = (null >= null[:, :1] - tol).mean(axis=1)
-    return p
-
-
-def wilcoxon_pvalues(diffs, random_state=0) -> np.ndarray:
-    """Two-sided exact Wilcoxon signed-rank p-values, one per row of ``(m, n)`` diffs.
-
-    The sign-flip test on the signed ranks of ``|d|`` (mid-ranks for ties; zero
-    differences dropped, as ``scipy.stats.wilcoxon``'s default does): the exact
-    conditional null distribution, so tied ranks are handled exactly where scipy would
-    fall back to the normal approximation; for tie-free rows it equals
-    ``scipy.stats.wilcoxon(d, method="exact")`` (checked in the tests). The smallest
-    p is 2 / 2**n over n non-zero differences. Above 16 seeds the permutations are
-    sampled (see :func:`signflip_pvalues`)."""
-    d = np.atleast_2d(np.asarray(diffs, dtype=float))
-    if d.shape[1] == 0:
-        return np.ones(d.shape[0])
-    zeros = (d == 0).sum(axis=1, keepdims=True)
-    ranks = stats.rankdata(np.abs(d), axis=1) - zeros  # zeros rank lowest: shift to ranks among the rest
-    signed = np.where(d == 0, 0.0, np.sign(d) * ranks)  # a zero adds nothing, whichever its sign
-    return signflip_pvalues(signed, random_state=random_state)
-
-
 def min_pvalue(method: str, n_seeds: int) -> float:
     """The smallest two-sided p-value ``method`` can give over ``n_seeds`` paired seeds:
     2 / 2**n for the exact sign-flip and Wilcoxon tests (only all-same-sign
     differences reach it), 0 for the t-test (any p, given a large enough effect), 1
     below 2 seeds (nothing is tested)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
-    n = int(n_seeds)
-    if n < 2:
-        return 1.0
-    return 0.0 if method == "ttest" else 2.0 / 2**n
+    return paired_test_of(method).min_pvalue(n_seeds)
 
 
 def resolution(method: str, n_seeds: int, alpha: float = 0.05, n_comparisons: int = 1) -> dict:
@@ -183,7 +123,7 @@ def resolution(method: str, n_seeds: int, alpha: float = 0.05, n_comparisons: in
     m = max(1, int(n_comparisons))
     threshold = alpha / m
     min_p = min_pvalue(method, n_seeds)
-    need = 2 if method == "ttest" else max(2, math.ceil(math.log2(2 / threshold) - 1e-12))
+    need = paired_test_of(method).min_seeds(threshold)
     return {"method": method, "n_seeds": int(n_seeds), "n_comparisons": m, "min_p": min_p,
             "threshold": threshold, "can_reject": bool(min_p <= threshold), "min_seeds": need}
 
@@ -191,18 +131,10 @@ def resolution(method: str, n_seeds: int, alpha: float = 0.05, n_comparisons: in
 def _pvalues(d: np.ndarray, method: str, rng) -> np.ndarray:
     """p-values of rows of a complete ``(m, n)`` difference matrix."""
     m, n = d.shape
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    test = paired_test_of(method)
     if n < 2:
         return np.ones(m)
-    if method == "signflip":
-        p = signflip_pvalues(d, random_state=rng)
-    elif method == "wilcoxon":
-        p = wilcoxon_pvalues(d, random_state=rng)
-    else:
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # constant rows; handled below
-            p = stats.ttest_1samp(d, 0.0, axis=1).pvalue
+    p = test.pvalues(d, rng)
     p = np.where(np.all(d == 0, axis=1), 1.0, p)  # no difference at all
     return np.where(np.isnan(p), 1.0, np.clip(p, 0.0, 1.0))
 
@@ -239,28 +171,23 @@ def paired_test(a, b, method: str = "ttest", confidence: float = 0.95, random_st
 
 def adjust_pvalues(p, correction: str | None = "holm") -> np.ndarray:
     """Multiple-testing adjusted p-values of a 1-D array (NaN-free), by
-    ``statsmodels``' ``multipletests`` method name; None leaves them as they are.
-    Holm is computed here with the same formula because statsmodels' Holm branch
-    runs ``gc.collect()`` on every call (~20 ms with pandas loaded), which would
-    dominate racing and calibration loops; the tests pin it to multipletests."""
+    ``statsmodels``' ``multipletests`` method name (a registered correction's own
+    ``adjust``, e.g. Holm without statsmodels' per-call ``gc.collect()``: see
+    :mod:`searchmaps.stats.procedures`); None leaves them as they are."""
     p = np.asarray(p, dtype=float)
     if not correction or p.size == 0:
         return p.copy()
-    if correction == "holm":
-        order = np.argsort(p, kind="stable")
-        adj = np.maximum.accumulate(p[order] * np.arange(p.size, 0, -1))
-        out = np.empty_like(p)
-        out[order] = np.minimum(adj, 1.0)
-        return out
-    return multipletests(p, method=correction)[1]
+    return correction_of(correction).adjust(p)
 
 
 def require_family_wise(correction: str | None) -> None:
     """ValueError unless ``correction`` bounds the family-wise error (see the module
     docstring: a top group or a race drops good maps under anything weaker)."""
-    if correction not in FAMILY_WISE:
+    rec = CORRECTIONS.get(correction) if isinstance(correction, str) else None
+    if rec is None or not rec.family_wise:
+        names = [k for k, c in CORRECTIONS.items() if c.family_wise]
         raise ValueError(f"a top group needs family-wise control: correction must be one of "
-                         f"{', '.join(FAMILY_WISE)}, got {correction!r}")
+                         f"{', '.join(names)}, got {correction!r}")
 
 
 _STAT_COLS = ("n_pairs", "mean_diff", "sd_diff", "diff_ci_low", "diff_ci_high", "p_value")
