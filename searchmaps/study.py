@@ -76,6 +76,17 @@ def _retry(fn, tries: int = 8):
             time.sleep(0.1 * (attempt + 1))
 
 
+def _while_running(fn) -> None:
+    """A write to a trial this driver read as RUNNING a moment ago: another driver on the
+    study may have told it since (it saw the same rows, so it reported the same rung value
+    or tuning result before it told). Optuna refuses writes to a finished trial; nothing is
+    lost, so the write is dropped rather than failing the driver."""
+    try:
+        _retry(fn)
+    except optuna.exceptions.UpdateFinishedTrialError:
+        pass
+
+
 # --------------------------------------------------------------------------- candidates <-> params
 
 
@@ -328,7 +339,7 @@ class SearchStudy:
                 return
         step = int(event.rows[0].horizon_target)
         value = float(np.mean([r.val_ppl for r in event.rows]))
-        _retry(lambda: self.storage.set_trial_intermediate_value(self._id_of(number), step, value))
+        _while_running(lambda: self.storage.set_trial_intermediate_value(self._id_of(number), step, value))
 
     def note_tuning(self, event: Tuned) -> None:
         """The candidate's chosen learning rate and each rate's tuning loss, as attributes
@@ -338,8 +349,8 @@ class SearchStudy:
             return
         trial_id = self._id_of(number)
         losses = {f"{lr:g}": (v if math.isfinite(v) else None) for lr, v in event.losses.items()}
-        _retry(lambda: self.storage.set_trial_user_attr(trial_id, "lr", event.lr))
-        _retry(lambda: self.storage.set_trial_user_attr(trial_id, "lr_tuning_val_loss", losses))
+        _while_running(lambda: self.storage.set_trial_user_attr(trial_id, "lr", event.lr))
+        _while_running(lambda: self.storage.set_trial_user_attr(trial_id, "lr_tuning_val_loss", losses))
 
     def tell(self, event: Finished) -> bool:
         """Tell the candidate's trial its result, once for the whole study (whichever
