@@ -13,6 +13,7 @@ with the rows; the candidate's trial is told last (a teller that dies is replace
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 import time
@@ -25,6 +26,7 @@ from .plan import SearchPlan, pack_key
 from .results import Role, RunRecord, RunsFile, Status, failed_record
 from .scheduler import Finished, Pack, PromotionRule, RacingRule, RungDone, Scheduler, Tuned, Unit
 from .study import STORAGE_ERRORS, SearchStudy
+from .units import Job, Run
 
 REFRESH_S = 2.0  # how often a waiting driver reads other drivers' rows from the storage
 MAX_CRASHES = 2  # a training whose process died runs again this many times, then counts as failed
@@ -168,48 +170,42 @@ class Driver:
     def spec(self, unit: Unit):
         return self.plan.spec(unit.candidate, unit.seed, unit.lr)
 
-    def job(self, unit: Unit | Pack) -> dict:
+    def job(self, unit: Unit | Pack) -> Job:
         """What a worker needs to train ``unit``: the spec, the ladder, the rungs to train
         and record, and (promotion) the saved state to continue from and to save. A pack's
-        job has ``specs``, ``resume``, ``save`` and ``save_rungs`` per seed, in the pack's seed
-        order (the same per-seed state files as separate trainings: a seed continues packed or
-        alone). A whole ladder, alone or packed, saves its state at every rung's cooldown
-        start, and a ladder whose first rungs are already recorded (a killed run) continues
-        from the state of its last recorded rung when that is there (a pack: when every one
-        of its seeds has it; its seeds lack the same rungs)."""
+        job has a :class:`~searchmaps.units.Run` per seed, in the pack's seed order (the same
+        per-seed state files as separate trainings: a seed continues packed or alone). A
+        whole ladder, alone or packed, saves its state at every rung's cooldown start, and a
+        ladder whose first rungs are already recorded (a killed run) continues from the state
+        of its last recorded rung when that is there (a pack: when every one of its seeds has
+        it; its seeds lack the same rungs). A pack saves its seeds' states at rungs only (no
+        snapshot)."""
         if isinstance(unit, Pack):
-            jobs = [self.job(u) for u in unit.units]
-            specs = [j.pop("spec") for j in jobs]
-            job = dict(jobs[0], unit=unit.key, seeds=list(unit.seeds), specs=specs)
-            job.pop("snapshot", None)  # a pack saves its seeds' states at rungs only
-            job.pop("snapshot_every_s", None)
-            if "save_rungs" in job:
-                job["save_rungs"] = [j["save_rungs"] for j in jobs]
-                job["first"], job["resume"] = 0, None
-                if len({j["first"] for j in jobs}) == 1 and all(j.get("resume") for j in jobs):
-                    job["first"], job["resume"] = jobs[0]["first"], [j["resume"] for j in jobs]
-            elif "resume" in job:
-                job["resume"] = [j["resume"] for j in jobs]
-                job["save"] = [j["save"] for j in jobs]
-            return job
+            alone = [self.job(u) for u in unit.units]
+            runs, first = [j.runs[0] for j in alone], alone[0].first
+            if runs[0].save_rungs is not None and not (len({j.first for j in alone}) == 1
+                                                       and all(r.resume for r in runs)):
+                runs, first = [dataclasses.replace(r, resume=None) for r in runs], 0
+            return dataclasses.replace(alone[0], unit=unit.key, runs=tuple(runs), packed=True, first=first,
+                                       snapshot=None)
         plan = self.plan
         tuning = unit.role == Role.TUNING  # a tuning run trains the first horizon only
-        job = {"spec": self.spec(unit).to_dict(), "vocab_size": plan.vocab_size, "unit": unit.key,
-               "seed": unit.seed, "horizons": None if tuning else list(plan.ladder) or None, "first": unit.first,
-               "last": unit.last, "record": self.scheduler.needed(unit)}
+        record = self.scheduler.needed(unit)
+        first, resume, save, save_rungs = unit.first, None, None, None
         if plan.promote and not tuning:
-            job["resume"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
-            job["save"] = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) \
-                if unit.last < plan.rungs - 1 else None
+            resume = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
+            save = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) if unit.last < plan.rungs - 1 else None
         elif not tuning and plan.rungs > 1:
             states = [plan.checkpoint(unit.candidate, unit.seed, i) for i in range(plan.rungs - 1)]
-            job["save_rungs"] = [str(p) for p in states]
-            start = min(job["record"]) if job["record"] else 0
+            save_rungs = tuple(str(p) for p in states)
+            start = min(record) if record else 0
             if start > 0 and states[start - 1].is_file():
-                job["first"], job["resume"] = start, str(states[start - 1])
-        if plan.save_every_s > 0:  # killed mid-rung, it continues from its latest snapshot
-            job["snapshot"], job["snapshot_every_s"] = str(plan.snapshot(unit.key)), plan.save_every_s
-        return job
+                first, resume = start, str(states[start - 1])
+        snapshot = str(plan.snapshot(unit.key)) if plan.save_every_s > 0 else None  # killed mid-rung, it goes on
+        return Job(unit=unit.key, runs=(Run(self.spec(unit), resume, save, save_rungs),), vocab_size=plan.vocab_size,
+                   horizons=None if tuning else tuple(plan.ladder) or None, first=first, last=unit.last,
+                   record=tuple(record) or None, snapshot=snapshot,
+                   snapshot_every_s=plan.save_every_s if snapshot else 600.0)
 
     @_faults_of_the_storage
     def partial(self, unit: Unit | Pack, records: list[RunRecord]) -> None:

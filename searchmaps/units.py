@@ -1,13 +1,13 @@
 """What the scheduler hands out and tells: a :class:`Unit` (one training), a :class:`Pack`
-(units trained together), the events a study is told (:class:`RungDone`, :class:`Tuned`,
-:class:`Finished`) and the rules racing and promotion follow. Frozen records only: the
-decisions are :mod:`searchmaps.scheduler`'s."""
+(units trained together), the :class:`Job` a worker trains one of them from, the events a
+study is told (:class:`RungDone`, :class:`Tuned`, :class:`Finished`) and the rules racing and
+promotion follow. Frozen records only: the decisions are :mod:`searchmaps.scheduler`'s."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .config import Candidate
+from .config import Candidate, TrialSpec
 from .results import Role, RunRecord
 from .stats import DEFAULT_RULE
 
@@ -88,6 +88,66 @@ class Pack:
             seeds = "+".join(str(u.seed) if u.role != Role.TUNING else f"t{u.seed}" for u in units)
             parts.append(f"{head}#{seeds}{sep}{rest}")
         return " & ".join(parts)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One seed's training in a :class:`Job`: its spec, the saved state it continues from
+    (``resume``), the state it saves at its last rung (``save``, promotion) and at each
+    rung's cooldown start (``save_rungs``, a whole ladder)."""
+
+    spec: TrialSpec
+    resume: str | None = None
+    save: str | None = None
+    save_rungs: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Job:
+    """What a worker needs to train a :class:`Unit` or a :class:`Pack` (``packed``: its runs
+    train as one computation): the ladder's ``horizons`` (None: one horizon), the rungs
+    ``first..last`` to train and those to ``record`` (None: every one), the snapshot file a
+    training killed mid-rung continues from, and one :class:`Run` per seed in the pack's
+    order. Travels as :meth:`to_dict` (Ray Tune's trial config is a dict)."""
+
+    unit: str  # the unit's key: messages and Tune's folder names
+    runs: tuple[Run, ...]
+    packed: bool = False
+    vocab_size: int | None = None
+    horizons: tuple[float, ...] | None = None
+    first: int = 0
+    last: int = 0
+    record: tuple[int, ...] | None = None
+    snapshot: str | None = None
+    snapshot_every_s: float = 600.0
+
+    def __post_init__(self):
+        if not self.runs or (len(self.runs) > 1 and not self.packed):
+            raise ValueError(f"a job trains one run, or a pack of runs: got {len(self.runs)} for {self.unit}")
+
+    @property
+    def spec(self) -> TrialSpec:
+        return self.runs[0].spec
+
+    def to_dict(self) -> dict:
+        return {"unit": self.unit, "packed": self.packed, "vocab_size": self.vocab_size,
+                "horizons": None if self.horizons is None else list(self.horizons), "first": self.first,
+                "last": self.last, "record": None if self.record is None else list(self.record),
+                "snapshot": self.snapshot, "snapshot_every_s": self.snapshot_every_s,
+                "runs": [{"spec": r.spec.to_dict(), "resume": r.resume, "save": r.save,
+                          "save_rungs": None if r.save_rungs is None else list(r.save_rungs)} for r in self.runs]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Job:
+        def opt(v):
+            return None if v is None else tuple(v)
+
+        runs = tuple(Run(TrialSpec.from_dict(r["spec"]), r.get("resume"), r.get("save"), opt(r.get("save_rungs")))
+                     for r in d["runs"])
+        return cls(unit=d["unit"], runs=runs, packed=bool(d.get("packed")), vocab_size=d.get("vocab_size"),
+                   horizons=opt(d.get("horizons")), first=int(d.get("first", 0)), last=int(d.get("last", 0)),
+                   record=opt(d.get("record")), snapshot=d.get("snapshot"),
+                   snapshot_every_s=float(d.get("snapshot_every_s", 600.0)))
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from ..config import ConfigError, TrialSpec
 from ..results import RunRecord
+from ..units import Job
 
 if TYPE_CHECKING:
     from ..driver import Driver
@@ -118,11 +119,12 @@ def resident_mb() -> float:
 Report = Callable[[list[RunRecord], bool, float], None]  # (records, final, the unit's wall seconds so far)
 
 
-def train_unit(config: dict, report: Report) -> None:
+def train_unit(job: Job | dict, report: Report) -> None:
     """One unit's training in a worker process (a pack's: its seeds in one packed training,
-    :func:`searchmaps.train.train_packed_or_fail`), from the driver's job ``config``. A
-    ladder reports each rung's record as soon as it exists (so a worker that dies later loses
-    nothing before it); the last report (``final``) carries the rest and the unit's wall seconds."""
+    :func:`searchmaps.train.train_packed_or_fail`), from the driver's :class:`~searchmaps.units.Job`
+    (or its dict, as Ray Tune hands it over). A ladder reports each rung's record as soon as
+    it exists (so a worker that dies later loses nothing before it); the last report
+    (``final``) carries the rest and the unit's wall seconds."""
     from pathlib import Path
 
     from .. import faults
@@ -130,10 +132,8 @@ def train_unit(config: dict, report: Report) -> None:
 
     faults.point("training")
     t0 = time.perf_counter()
-    spec = TrialSpec.from_dict(config["spec"]) if "spec" in config else None
-    first, resume = config.get("first", 0), config.get("resume")
-    if spec and resume and not Path(resume).is_file():  # the saved state is gone: train the shared phase again
-        first, resume = 0, None  # (same numbers, more compute)
+    job = job if isinstance(job, Job) else Job.from_dict(job)
+    runs, first = job.runs, job.first
     reported: list[str] = []
 
     def send(recs, final=False):
@@ -141,20 +141,25 @@ def train_unit(config: dict, report: Report) -> None:
         report(recs, final, time.perf_counter() - t0)
         reported.extend(r.run_id for r in recs)
 
-    on_rung = (lambda r: send([r])) if config.get("horizons") else None
-    if "specs" in config:  # a pack (--pack-seeds): one training of several seeds, rows per seed
-        resume = config.get("resume") if any(config.get("resume") or ()) else None  # a pack's seeds share `first`
-        if resume and not all(r and Path(r).is_file() for r in resume):  # a seed's saved state is gone: as above
-            first, resume = 0, None
-        recs = train_packed_or_fail([TrialSpec.from_dict(s) for s in config["specs"]],
-                                    vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
-                                    last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                                    save=config.get("save"), save_rungs=config.get("save_rungs"), on_rung=on_rung)
+    def each(field):
+        values = [getattr(r, field) for r in runs]
+        return values if any(v is not None for v in values) else None
+
+    on_rung = (lambda r: send([r])) if job.horizons else None
+    kw = dict(vocab_size=job.vocab_size, horizons=job.horizons, last=job.last, record=job.record, on_rung=on_rung)
+    if job.packed:  # --pack-seeds/--pack-candidates: one training of several seeds, rows per seed
+        resume = each("resume")  # (a pack's seeds share `first`)
+        if resume and not all(r and Path(r).is_file() for r in resume):  # a seed's saved state is gone: train
+            first, resume = 0, None  # the shared phase again (same numbers, more compute)
+        recs = train_packed_or_fail([r.spec for r in runs], first=first, resume=resume, save=each("save"),
+                                    save_rungs=each("save_rungs"), **kw)
     else:
-        recs = train_or_fail(spec, vocab_size=config.get("vocab_size"), horizons=config.get("horizons"), first=first,
-                             last=config.get("last", 0), record=config.get("record") or None, resume=resume,
-                             save=config.get("save"), save_rungs=config.get("save_rungs"), on_rung=on_rung,
-                             snapshot=config.get("snapshot"), snapshot_every_s=config.get("snapshot_every_s", 600.0))
+        run = runs[0]
+        resume = run.resume
+        if resume and not Path(resume).is_file():  # as above
+            first, resume = 0, None
+        recs = train_or_fail(run.spec, first=first, resume=resume, save=run.save, save_rungs=run.save_rungs,
+                             snapshot=job.snapshot, snapshot_every_s=job.snapshot_every_s, **kw)
     release_freed_memory()
     send([r for r in recs if r.run_id not in reported], final=True)
 

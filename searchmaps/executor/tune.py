@@ -154,7 +154,7 @@ def make_searcher(driver: Driver, log=None):
                 time.sleep(0.05)  # Tune polls again at once; do not spin on the storage
                 return None
             self.units[trial_id] = unit
-            return driver.job(unit)
+            return driver.job(unit).to_dict()  # Tune takes a dict config
 
         def on_trial_result(self, trial_id: str, result: dict) -> None:
             if "records" in result and not result.get("final") and not self.fault:
