@@ -23,7 +23,7 @@ ORDER = ["attention", "encodings", "maps", "config", "flops", "presets", "device
          "samplers", "plan", "audit",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences", "report.lead", "report.protocol",
          "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.trends", "report.horizons", "report.compute",
-         "report.tuning", "report.exit", "report.evaluation", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune", "search",
+         "report.tuning", "report.exit", "report.evaluation", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune", "search", "supernet.search",
          "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
          "cli.supernet", "train.__main__", "report.__main__", "data.__main__", "run", "supernet.__main__"]
 # the command layer: the cli package (flags, exit codes, one module per command) and the shims

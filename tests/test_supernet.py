@@ -142,6 +142,27 @@ def test_the_supernet_command_scores_every_map_and_validates_against_stand_alone
     assert pd.read_csv(results / "sn-only" / "supernet_validation.csv")["n_candidates"].item() == 2
     meta = json.loads((results / "sn-only" / "supernet.json").read_text())
     assert meta["seeds"] == [0, 1] and meta["config"]["model.d_model"] == 32 and "train.lr" in meta["config"]
+    # the same study from Python (the command's library call): it reads the seeds back and gives the
+    # command's numbers without printing; a bad setting raises before anything is trained
+    from searchmaps.cli.flags import supernet_method
+    from searchmaps.cli.run import build_plan
+    from searchmaps.cli.supernet import build_parser
+    from searchmaps.config import ConfigError
+    from searchmaps.supernet.search import SupernetSearch
+
+    capsys.readouterr()
+    args = build_parser().parse_args(argv)
+    method = supernet_method(args)
+    study = SupernetSearch(build_plan(args, supernet=method), method, 2, args.validate_against)
+    before = (results / "sn-only" / "supernet.csv").read_bytes()
+    out = study.run(progress=False)
+    assert (results / "sn-only" / "supernet.csv").read_bytes() == before and capsys.readouterr().out == ""
+    means = pd.read_csv(results / "sn-only" / "supernet.csv", dtype={"map": str}).groupby("map")["val_loss"].mean()
+    assert list(out.ranked.index) == list(means.sort_values(kind="stable").index)
+    assert out.agreement["kendall_tau"] == pytest.approx(
+        pd.read_csv(results / "sn-only" / "supernet_validation.csv")["kendall_tau"].item())
+    with pytest.raises(ConfigError, match="--validate must be"):
+        SupernetSearch(study.plan, method, 2, validate=-1)
 
 
 def test_a_prescreen_keeps_the_supernets_best_maps_and_the_baseline(ray_cluster, space_file, tmp_path, capsys):
