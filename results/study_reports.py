@@ -7,7 +7,8 @@ The rebuild rewrites the folder's CSV files too. The iterative fits behind ``sca
 ``gap_trend.csv`` stop elsewhere on another machine's BLAS (up to 7e-5 apart measured, far below
 the 3 decimals the pages print), and the other files' numbers can differ by float rounding, so a
 CSV file whose texts are the same and whose numbers agree with the committed ones to that
-(:func:`searchmaps.report.committed.same_csv`) gets its committed bytes back (``git status`` then shows only
+(:func:`searchmaps.report.committed.same_csv`) gets its committed bytes back (its committed rows
+under the rebuild's header line, where a column was renamed; ``git status`` then shows only
 what really changed, report.md first); one that differs by more is left written and named on
 stderr (then the rows, or the code, say something new).
 
@@ -44,8 +45,10 @@ def rebuild(study: Path) -> list[str]:
         new = path.read_bytes() if path.is_file() else None
         if new is None or new == old:
             continue
-        if committed.same_csv(name, old, new):
-            path.write_bytes(old)
+        # the committed rows under the rebuild's header: a renamed column keeps the committed numbers
+        kept = new.partition(b"\n")[0] + b"\n" + old.partition(b"\n")[2]
+        if committed.same_csv(name, kept, new):
+            path.write_bytes(kept)
         else:
             differ.append(name)
     return differ

@@ -28,6 +28,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from searchmaps.stats.compute import BUDGET, read_equal_flops
+
 ALPHA = 0.05
 
 
@@ -69,17 +71,17 @@ def equal_flops(folders: Sequence[Path]) -> str:
     """One sentence over the equal_flops.csv of every ladder among ``folders``."""
     lowest, clear, ladders, beyond = [], [], [], []
     for folder in _holding(folders, "equal_flops.csv"):
-        t = pd.read_csv(folder / "equal_flops.csv")
+        t = read_equal_flops(folder / "equal_flops.csv")
         if t.empty:
             continue
-        counts = t.groupby("budget_flops")["candidate"].nunique()
+        counts = t.groupby(BUDGET)["candidate"].nunique()
         full = counts[counts == counts.max()].index.max()
-        at = t[t["budget_flops"] == full]
+        at = t[t[BUDGET] == full]
         ladders.append(folder.name)
-        peak = t[t["budget_flops"] == t["budget_flops"].max()]
-        if peak["budget_flops"].iloc[0] != full:  # the study's top budget, where a map is missing
+        peak = t[t[BUDGET] == t[BUDGET].max()]
+        if peak[BUDGET].iloc[0] != full:  # the study's top budget, where a map is missing
             group = peak[peak["top_group"]]["candidate"]
-            top = f"{peak['budget_flops'].iloc[0]:.3g}".replace("e+", "e")
+            top = f"{peak[BUDGET].iloc[0]:.3g}".replace("e+", "e")
             beyond.append(f"`{folder.name}` at its top budget, {top} FLOPs, {len(group)} of {len(peak)} maps in the "
                           f"top group")
         ref = at[(at["gap"] == 0) & (at["gap_low"] == 0) & (at["gap_high"] == 0)]["candidate"]
