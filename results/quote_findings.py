@@ -14,7 +14,7 @@ Nothing in the block is written by hand.
 The README's "What the committed studies found" gets the same kind of block (between
 ``<!-- studies:begin -->`` and ``<!-- studies:end -->``): per page, the lead of its first
 folder's report.md (the answer at equal tokens and at equal training FLOPs) and its agreement
-with ILR's table; then the findings across studies that :mod:`findings_across` computes from
+with ILR's table; then the findings across studies that :mod:`searchmaps.report.across` computes from
 the committed CSV files (every summary.csv, equal_flops.csv and supernet_validation.csv of the
 folders ``results/studies.txt`` lists, and the inference study's runs.csv). A folder that file
 does not list, a study of your own in ``results/``, is quoted nowhere.
@@ -29,9 +29,7 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import committed_studies  # noqa: E402  (its sibling: the committed folders, results/studies.txt)
-import findings_across as across  # noqa: E402  (its sibling: the findings across studies)
+from searchmaps.report import across, committed
 
 RESULTS = Path(__file__).resolve().parent
 BEGIN, END = "<!-- findings:begin -->", "<!-- findings:end -->"
@@ -47,7 +45,7 @@ PAGES = {
     # supernet folders (report.md by results/supernet_reports.py): the supernet's best map and its trust sentence
     "supernet-validation": ["ilr-table1-supernet-uniform", "ilr-table1-supernet-sandwich", "ilr4-supernet-uniform",
                             "ilr4-supernet-sandwich", "ilr-table1-supernet-uniform-lr1e-3"],
-    "supernet-methods": [p.name for p in committed_studies.folders("supernet.csv") if "-supernet-" in p.name],
+    "supernet-methods": [p.name for p in committed.folders(RESULTS, "supernet.csv") if "-supernet-" in p.name],
 }
 # the result's subsections quoted (after the lead): the whole of each of these...
 WHOLE = ("Top group",)
@@ -136,11 +134,12 @@ def readme_block() -> str:
         against = next((said[0] for heading, said in parts.items() if heading.startswith("Against ") and said), None)
         lines.append(f"- **{title}** ([page](results/{page}/README.md), `{folder}`): " + " ".join(lead)
                      + (f" {against}" if against else ""))
+    studies = committed.folders(RESULTS)
     lines += ["", "Across the committed studies, from their files:", "",
-              f"- {across.equal_tokens()}", f"- {across.equal_flops()}", f"- {across.supernets()}", "",
+              f"- {across.equal_tokens(studies)}", f"- {across.equal_flops(studies)}", f"- {across.supernets(studies)}", "",
               "What ILR's maps cost at inference ([ilr-table1-inference](results/ilr-table1-inference/README.md), "
               "from its `runs.csv`; intervals 95 % over seeds):", ""]
-    lines += across.inference()
+    lines += across.inference(RESULTS / "ilr-table1-inference")
     lines.append(R_END)
     return "\n".join(lines)
 

@@ -7,7 +7,8 @@ The rebuild rewrites the folder's CSV files too. The iterative fits behind ``sca
 ``gap_trend.csv`` stop elsewhere on another machine's BLAS (up to 7e-5 apart measured, far below
 the 3 decimals the pages print), and the other files' numbers can differ by float rounding, so a
 CSV file whose texts are the same and whose numbers agree with the committed ones to that
-(:func:`committed_studies.same_csv`) gets its committed bytes back (``git status`` then shows only
+(:func:`searchmaps.report.committed.same_csv`) gets its committed bytes back (its committed rows
+under the rebuild's header line, where a column was renamed; ``git status`` then shows only
 what really changed, report.md first); one that differs by more is left written and named on
 stderr (then the rows, or the code, say something new).
 
@@ -20,15 +21,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import committed_studies  # noqa: E402  (its sibling: the committed folders, the tolerant comparison)
+from searchmaps.report import committed
 
 RESULTS = Path(__file__).resolve().parent
 
 
 def studies() -> list[str]:
     """The committed folders a search wrote (a runs.csv; the supernet folders are supernet_reports.py's)."""
-    return [f.name for f in committed_studies.folders("runs.csv")]
+    return [f.name for f in committed.folders(RESULTS, "runs.csv")]
 
 
 def rebuild(study: Path) -> list[str]:
@@ -36,17 +36,19 @@ def rebuild(study: Path) -> list[str]:
     the bytes it had to the fits' drift. Returns the CSV files that differ by more (left as rebuilt)."""
     from searchmaps.cli.report import main as report
 
-    committed = {p.name: p.read_bytes() for p in study.glob("*.csv")}
+    before = {p.name: p.read_bytes() for p in study.glob("*.csv")}
     if report([str(study), "--no-attach"]) != 0:
         raise SystemExit(f"{study}: python -m searchmaps.report failed (above)")
     differ = []
-    for name, old in committed.items():
+    for name, old in before.items():
         path = study / name
         new = path.read_bytes() if path.is_file() else None
         if new is None or new == old:
             continue
-        if committed_studies.same_csv(name, old, new):
-            path.write_bytes(old)
+        # the committed rows under the rebuild's header: a renamed column keeps the committed numbers
+        kept = new.partition(b"\n")[0] + b"\n" + old.partition(b"\n")[2]
+        if committed.same_csv(name, kept, new):
+            path.write_bytes(kept)
         else:
             differ.append(name)
     return differ

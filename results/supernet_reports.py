@@ -9,7 +9,7 @@ command's own rewrite of ``supernet.json`` (the command records today's full con
 which has gained keys since these folders were trained). ``supernet.csv``, ``supernet.json`` and
 ``supernet_validation.csv`` come out byte-identical (``git status`` shows only report.md): the
 validation is recomputed from the rows, and where it equals the committed file's row to within
-float rounding (:func:`committed_studies.same_csv`; two ``ilr4`` landmark folders' fitted
+float rounding (:func:`searchmaps.report.committed.same_csv`; two ``ilr4`` landmark folders' fitted
 ``landmark_a``/``landmark_b`` differ in the last digit or two, which no page prints) the
 committed bytes are put back; a validation that differs by more is left written and named on
 stderr (then the folder's truth has changed). ``study_reports.py`` does the same for the search
@@ -34,8 +34,7 @@ from pathlib import Path
 
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import committed_studies  # noqa: E402  (its sibling: how a rebuilt CSV file is compared with the committed one)
+from searchmaps.report import committed
 
 RESULTS = Path(__file__).resolve().parent
 T1, FAIRLR, ILR4 = "results/ilr-table1-rope-tokens", "results/ilr-table1-rope-fairlr", "results/ilr4-standalone-20"
@@ -74,11 +73,11 @@ def rebuild(folder: str) -> Path:
         scores, truth, info = calibrate(scores, truth, landmarks)
     budget = float(json.loads((study / "supernet.json").read_text())["key"]["budget_flops"])
     path = study / "supernet_validation.csv"
-    committed = path.read_bytes() if path.is_file() else None
+    before = path.read_bytes() if path.is_file() else None
     page = section.write_page(study, scores, truth, against, DEFAULT_RULE, 0.05, budget, extra=info)
-    if committed is not None and path.read_bytes() != committed:
-        if committed_studies.same_csv(path.name, committed, path.read_bytes()):
-            path.write_bytes(committed)
+    if before is not None and path.read_bytes() != before:
+        if committed.same_csv(path.name, before, path.read_bytes()):
+            path.write_bytes(before)
         else:
             print(f"{path}: the validation against {against} differs from the committed one", file=sys.stderr)
     return page

@@ -358,7 +358,9 @@ def results_script(path):
 
 
 def committed_folders(file: str | None = None) -> list[Path]:
-    """The committed study folders (``results/studies.txt``, by ``results/committed_studies.py``,
+    """The committed study folders (``results/studies.txt``, by :mod:`searchmaps.report.committed`,
     the generators' own reader), those holding ``file`` when given: what the tests of the
     committed pages read, never every folder under results/ (a user's own study is there too)."""
-    return results_script("committed_studies.py").folders(file)
+    from searchmaps.report import committed
+
+    return committed.folders(ROOT / "results", file)

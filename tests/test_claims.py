@@ -72,12 +72,12 @@ def test_alone_in_the_top_group_and_the_top_budget_are_what_equal_flops_csv_says
     lead, _ = _report(folder)
     text = next(x for x in lead if x.startswith("At equal training FLOPs"))
     budget = float(re.search(r"read from the ladder at ([\d.e+-]+),", text).group(1))
-    at = eq[np.isclose(eq["budget_flops"], budget, rtol=5e-3)]
+    at = eq[np.isclose(eq["train_flops_budget"], budget, rtol=5e-3)]
     top = at[at["top_group"]]
     assert ("is alone in the top group" in text) == (len(top) == 1), folder.name
-    peak = eq["budget_flops"].max()
-    if not np.isclose(peak, at["budget_flops"].iloc[0]):
-        there = eq[eq["budget_flops"] == peak]
+    peak = eq["train_flops_budget"].max()
+    if not np.isclose(peak, at["train_flops_budget"].iloc[0]):
+        there = eq[eq["train_flops_budget"] == peak]
         group = there[there["top_group"]].sort_values("mean")["candidate"]
         assert f"the top group holds {len(group)} of {len(there)}: " + ", ".join(f"`{c}`" for c in group) in text
         for cand in sorted(set(eq["candidate"]) - set(there["candidate"])):

@@ -16,6 +16,8 @@ import uuid
 import pytest
 from helpers import ROOT, committed_folders, results_script
 
+from searchmaps.report import committed
+
 RESULTS = ROOT / "results"
 # what a user's own runs leave in results/: the demo's study (the same command's folder name), a
 # ladder, and a supernet under the name `searchmaps-supernet --space ilr4` gives it (it starts with
@@ -68,18 +70,20 @@ def user_studies():
 
 def _generated() -> dict[str, object]:
     """Everything the cross-study generators make from results/, computed now."""
+    from searchmaps.report import across
+
     quote = results_script("quote_findings.py")
-    across = results_script("findings_across.py")
+    studies = committed_folders()
     return {"pages": quote.PAGES, "blocks": {page: quote.block(page) for page in quote.PAGES},
-            "readme": quote.readme_block(), "equal_tokens": across.equal_tokens(),
-            "equal_flops": across.equal_flops(), "supernets": across.supernets()}
+            "readme": quote.readme_block(), "equal_tokens": across.equal_tokens(studies),
+            "equal_flops": across.equal_flops(studies), "supernets": across.supernets(studies)}
 
 
 def test_the_manifest_lists_exactly_the_study_folders_git_tracks():
     """Each line of results/studies.txt a study folder that is there (a study.json or a
     supernet.json), none twice; with git, the same set as the study folders git tracks, so a
     study committed without its line (or a line left for a folder deleted) fails here."""
-    names = results_script("committed_studies.py").names()
+    names = committed.names(RESULTS)
     assert len(names) == len(set(names)) >= 38
     assert [f.name for f in committed_folders()] == sorted(names)  # every listed folder is there
     for name in names:
@@ -101,7 +105,7 @@ def test_the_manifest_lists_exactly_the_study_folders_git_tracks():
 def test_the_folders_the_scripts_name_by_hand_are_committed_studies():
     """quote_findings.py's pages quote, supernet_reports.py's folders and their truths, and
     study_reports.py's folders are all in results/studies.txt."""
-    names = set(results_script("committed_studies.py").names())
+    names = set(committed.names(RESULTS))
     quoted = {f for folders in results_script("quote_findings.py").PAGES.values() for f in folders}
     truth = results_script("supernet_reports.py").TRUTH
     assert quoted <= names and set(truth) <= names, sorted((quoted | set(truth)) - names)
@@ -157,7 +161,7 @@ def test_a_rebuilt_csv_equals_the_committed_one_within_the_fits_drift_and_not_be
     import numpy as np
     import pandas as pd
 
-    same = results_script("committed_studies.py").same_csv
+    same = committed.same_csv
     ladder = RESULTS / "ilr-table1-rope-ladder"
     old = (ladder / "scaling.csv").read_bytes()
     table = pd.read_csv(io.BytesIO(old))

@@ -23,7 +23,8 @@ ORDER = ["attention", "encodings", "maps", "config", "flops", "presets", "device
          "samplers", "plan", "audit",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences", "report.lead", "report.protocol",
          "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.trends", "report.horizons", "report.compute",
-         "report.tuning", "report.exit", "report.evaluation", "report.supernet", "report.write", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune", "search", "supernet.search",
+         "report.tuning", "report.exit", "report.evaluation", "report.supernet", "report.write", "report.committed",
+         "report.across", "report", "report.terminal", "study", "driver", "executor", "executor.local", "executor.reaper", "executor.tune", "search", "supernet.search",
          "cli", "cli.common", "cli.flags", "cli.search", "cli.data", "cli.report", "cli.train", "cli.run",
          "cli.supernet", "train.__main__", "report.__main__", "data.__main__", "run", "supernet.__main__"]
 # the command layer: the cli package (flags, exit codes, one module per command) and the shims
@@ -217,3 +218,44 @@ def test_a_flag_two_commands_share_is_declared_once():
     for flag in ("--alpha", "--top-group", "--planned", "--target-tokens", "--storage"):
         assert (ours[flag].type, ours[flag].choices, ours[flag].nargs) == \
                (theirs[flag].type, theirs[flag].choices, theirs[flag].nargs), flag
+
+
+MUTATORS = {"insert", "append", "extend", "remove", "pop", "clear", "__setitem__", "__iadd__"}
+
+
+def edits_sys_path(tree: ast.Module) -> bool:
+    """The file changes ``sys.path``: assigns to it or to a slice of it, or calls one of its
+    methods (``insert``, ``append``, ``extend``, ...), or ``site.addsitedir``."""
+    def is_path(node) -> bool:
+        node = node.value if isinstance(node, ast.Subscript) else node
+        return isinstance(node, ast.Attribute) and node.attr == "path" \
+            and isinstance(node.value, ast.Name) and node.value.id == "sys"
+
+    for node in ast.walk(tree):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        if any(is_path(t) for t in targets):
+            return True
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                (is_path(node.func.value) and node.func.attr in MUTATORS or node.func.attr == "addsitedir"):
+            return True
+    return False
+
+
+def test_no_script_or_module_edits_sys_path():
+    """The package, the committed studies' scripts, the experiments and the benchmarks import
+    what they need as modules of the installed package (``searchmaps.report.committed``, the
+    results folder's manifest, once a sibling put on the path by hand): a file run as a script
+    or loaded by a test finds the same code either way."""
+    root = PACKAGE.parent
+    files = [p for top in ("searchmaps", "results", "experiments", "benchmarks") for p in (root / top).rglob("*.py")]
+    assert len(files) > len(MODULES)
+    wrong = [str(p.relative_to(root)) for p in files if edits_sys_path(ast.parse(p.read_text(encoding="utf-8")))]
+    assert not wrong, f"edit sys.path: {wrong}"
+
+
+def test_the_sys_path_check_sees_each_way_of_editing_it():
+    for code in ("import sys\nsys.path.insert(0, 'x')", "import sys\nsys.path[:0] = ['x']", "import sys\nsys.path = []",
+                 "import sys\nsys.path += ['x']", "import sys\nsys.path.append('x')", "import site\nsite.addsitedir('x')"):
+        assert edits_sys_path(ast.parse(code)), code
+    assert not edits_sys_path(ast.parse("import sys\nprint(sys.path[0])\nx = list(sys.path)\nsys.path.index('x')"))

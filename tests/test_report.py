@@ -762,9 +762,9 @@ def test_a_ladder_report_reads_the_maps_at_equal_training_flops(tmp_path):
     eq = pd.read_csv(study / "equal_flops.csv")
     # the budgets are the baseline's rungs (3 x 400,000 FLOPs/token x tokens); at the first only the
     # baseline is read (every other map applies more layers, so its first rung costs more)
-    assert sorted(eq["budget_flops"].unique()) == pytest.approx([4.8e11, 1.92e12])
+    assert sorted(eq["train_flops_budget"].unique()) == pytest.approx([4.8e11, 1.92e12])
     assert set(eq["candidate"]) == set(by_rung[0]) and (eq["seeds"] == 4).all()
-    at = eq[eq["budget_flops"] == eq["budget_flops"].max()].set_index("candidate")
+    at = eq[eq["train_flops_budget"] == eq["train_flops_budget"].max()].set_index("candidate")
     base = at.loc["1,1,1,1|rope"]
     assert base["mean"] == pytest.approx(np.mean(np.log(by_rung[2]["1,1,1,1|rope"])))  # its last rung (ppl -> loss)
     assert "compares the maps at equal tokens, as this search trained them" in page
@@ -1220,7 +1220,7 @@ def test_the_terminal_answers_at_equal_tokens_and_at_equal_flops(tmp_path):
     per = 1.6e6 / 41_120  # the last rung's tokens over the rows' parameters
     assert scale.startswith(f"scale: compared at equal tokens (1,600,000 each), {per:.2g} tokens per parameter")
     table = equal_flops(ladder_rows(frame), reference="1,1,1,1|rope")
-    at = table[table["budget_flops"] == table["budget_flops"].max()]
+    at = table[table["train_flops_budget"] == table["train_flops_budget"].max()]
     top = ", ".join(at[at["top_group"]]["candidate"])
     assert flops == (f"at equal training FLOPs (1.92e+12, read from the ladder): top group {top} "
                      f"({at['top_group'].sum()} of 5); best {at[at['best']]['candidate'].iloc[0]}")

@@ -57,9 +57,9 @@ def test_the_lead_is_at_most_three_sentences_and_answers_both_readings(ladder):
     assert _numbers(text) <= _numbers(below), _numbers(text) - _numbers(below)
     # the equal-FLOPs sentence checked against equal_flops.csv by hand
     eq = pd.read_csv(study / "equal_flops.csv")
-    counts = eq.groupby("budget_flops")["candidate"].nunique()
+    counts = eq.groupby("train_flops_budget")["candidate"].nunique()
     full = counts[counts == counts.max()].index.max()
-    at = eq[eq["budget_flops"] == full].set_index("candidate")
+    at = eq[eq["train_flops_budget"] == full].set_index("candidate")
     assert f"at {full:.3g}".replace("e+", "e") in text
     assert f"`{at['mean'].idxmin()}`" in lead[-1] and "has the lowest mean loss" in lead[-1]
     others = at.drop(index="1,1,1,1|rope")
@@ -81,7 +81,7 @@ def test_the_subsections_hold_the_sentences_and_their_numbers(ladder):
     if len(gaps):
         assert f"{gaps.min():.3g}" in top and f"{gaps.max():.3g}" in top
     eq = pd.read_csv(study / "equal_flops.csv")
-    assert f"{eq['budget_flops'].max():.3g}".replace("e+", "e") in " ".join(parts["Equal training FLOPs"])
+    assert f"{eq['train_flops_budget'].max():.3g}".replace("e+", "e") in " ".join(parts["Equal training FLOPs"])
     tau = pd.read_csv(study / "agreement.csv")["kendall_tau"].iloc[-1]
     assert f"{tau:+.2f} at 1.6M" in " ".join(parts["Against a paper"])
     # nothing is lost: every sentence of the page's result is in report.md's lead or a subsection
@@ -119,7 +119,7 @@ def test_every_map_in_the_top_group_still_names_the_unranked_ones():
 def test_the_equal_flops_lead_counts_the_baseline_ahead_and_behind():
     rows = [("1,1|rope", 3.00, True, True, 0.0, 0.0, 0.0), ("2,1|rope", 3.05, False, False, 0.05, 0.02, 0.08),
             ("1,2|rope", 3.01, True, False, 0.01, -0.01, 0.03)]
-    t = pd.DataFrame([{"budget_flops": 1e12, "candidate": c, "mean": m, "top_group": tg, "best": b, "gap": g,
+    t = pd.DataFrame([{"train_flops_budget": 1e12, "candidate": c, "mean": m, "top_group": tg, "best": b, "gap": g,
                        "gap_low": lo, "gap_high": hi} for c, m, tg, b, g, lo, hi in rows])
     said = flops_lead(t, "1,1|rope", 3)
     assert said.startswith("At equal training FLOPs (read from the ladder at 1e12, the largest budget every map "
@@ -180,7 +180,7 @@ def test_the_equal_flops_lead_gives_the_top_group_at_the_top_budget_and_why_a_ma
     rows = [(1e12, "1,1|rope", 3.00, True, True, 0.0, 0.0, 0.0), (1e12, "2,1|rope", 3.05, False, False, 0.05, 0.02, 0.08),
             (1e12, "1,2|rope", 3.06, False, False, 0.06, 0.03, 0.09),
             (2e12, "1,1|rope", 2.90, True, True, 0.0, 0.0, 0.0), (2e12, "2,1|rope", 2.91, True, False, 0.01, 0.001, 0.02)]
-    t = pd.DataFrame([{"budget_flops": b, "candidate": c, "mean": m, "top_group": tg, "best": bst, "gap": g,
+    t = pd.DataFrame([{"train_flops_budget": b, "candidate": c, "mean": m, "top_group": tg, "best": bst, "gap": g,
                        "gap_low": lo, "gap_high": hi} for b, c, m, tg, bst, g, lo, hi in rows])
     ladder = pd.DataFrame([{"candidate": c, "seed": s, "rung": r, "tokens": tok, "train_flops": f}
                            for c, rungs in (("1,1|rope", ((0, 1e5, 1e12), (1, 2e5, 2e12))),
@@ -195,4 +195,4 @@ def test_the_equal_flops_lead_gives_the_top_group_at_the_top_budget_and_why_a_ma
                          "its rows stop at 100k tokens (1.5e12 FLOPs), before the ladder's last horizon), the top "
                          "group holds 2 of 2: `1,1|rope`, `2,1|rope`.")
     # where the top budget is the one every map reaches, nothing is added
-    assert flops_lead(t[t["budget_flops"] == 1e12], "1,1|rope", 3, {}).endswith("uncorrected).")
+    assert flops_lead(t[t["train_flops_budget"] == 1e12], "1,1|rope", 3, {}).endswith("uncorrected).")

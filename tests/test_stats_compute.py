@@ -39,9 +39,9 @@ def test_two_maps_at_the_baselines_budgets_by_hand():
     r = rows({"1,1|rope": base, "2,2|rope": heavy}, {"1,1|rope": 1e6, "2,2|rope": 2e6})
     assert budgets_of(r, "1,1|rope") == pytest.approx([3e11, 6e11, 1.2e12])
     table = equal_flops(r, reference="1,1|rope")
-    assert sorted(table["budget_flops"].unique()) == pytest.approx([6e11, 1.2e12])  # 3e11: the heavy map starts later
+    assert sorted(table["train_flops_budget"].unique()) == pytest.approx([6e11, 1.2e12])  # 3e11: the heavy map starts later
     for b, base_rung, heavy_rung in ((6e11, 1, 0), (1.2e12, 2, 1)):
-        at = table[np.isclose(table["budget_flops"], b)].set_index("candidate")
+        at = table[np.isclose(table["train_flops_budget"], b)].set_index("candidate")
         d = np.array([heavy[s][heavy_rung] - base[s][base_rung] for s in range(4)])
         half = st.t.ppf(0.975, 3) * d.std(ddof=1) / 2
         h = at.loc["2,2|rope"]
@@ -52,7 +52,7 @@ def test_two_maps_at_the_baselines_budgets_by_hand():
         assert at.loc["1,1|rope", "gap"] == 0 and at.loc["1,1|rope", "seeds"] == 4
         assert at["best"].sum() == 1 and at.loc[at["mean"].idxmin(), "best"]
     # at 6e11 the heavy map is 0.4 nats behind on every seed: the seeds separate them
-    first = table[np.isclose(table["budget_flops"], 6e11)].set_index("candidate")
+    first = table[np.isclose(table["train_flops_budget"], 6e11)].set_index("candidate")
     assert first.loc["2,2|rope", "gap_low"] > 0 and not first.loc["2,2|rope", "top_group"]
 
 
@@ -61,3 +61,26 @@ def test_a_budget_two_maps_do_not_reach_on_two_seeds_is_left_out():
              {"1,1|rope": 1e6, "4,4|rope": 4e6})
     assert equal_flops(r, reference="1,1|rope").empty  # one seed of the heavy map: nothing to compare
     assert not math.isnan(loss_at_flops(r, [1.2e12])["val_loss"].iloc[0])
+
+
+def test_an_equal_flops_csv_written_before_the_rename_reads_as_a_new_one(tmp_path):
+    """equal_flops.csv's budget column is ``train_flops_budget`` (training FLOPs; study.json's
+    ``budget_flops`` is forward FLOPs per token): a file written with the old name reads the same."""
+    from searchmaps.report import across
+    from searchmaps.stats import read_equal_flops
+    from searchmaps.stats.compute import BUDGET, OLD_BUDGET
+
+    r = rows({"1,1|rope": {s: [3.0 - 0.1 * s, 2.5 - 0.1 * s, 2.2 - 0.1 * s] for s in range(3)},
+              "2,2|rope": {s: [2.9 - 0.1 * s, 2.45 - 0.1 * s + 0.01 * s, 2.0 - 0.1 * s] for s in range(3)}},
+             {"1,1|rope": 1e6, "2,2|rope": 2e6})
+    table = equal_flops(r, reference="1,1|rope")
+    assert BUDGET == "train_flops_budget" and table.columns[0] == BUDGET
+    new, old = (tmp_path / age / "ladder" / "equal_flops.csv" for age in ("new", "old"))  # one name: the sentence names it
+    for path, t in ((new, table), (old, table.rename(columns={BUDGET: OLD_BUDGET}))):
+        path.parent.mkdir(parents=True)
+        t.to_csv(path, index=False)
+    assert old.read_text().startswith(f"{OLD_BUDGET},candidate,")
+    pd.testing.assert_frame_equal(read_equal_flops(old), read_equal_flops(new))
+    pd.testing.assert_frame_equal(read_equal_flops(new), pd.read_csv(new))
+    assert across.equal_flops([old.parent]) == across.equal_flops([new.parent])
+    assert "of the 1 committed ladder studies" in across.equal_flops([old.parent])  # the ladder was read

@@ -12,14 +12,13 @@ With a truth folder (the third argument) every folder's scores are validated aga
 here, as `--validate-against` would (so folders validated earlier against another study
 compare on the same maps), except the landmark folders, whose corrected validation is
 their own supernet_validation.csv (made against that truth). The folders are the committed
-ones (``results/studies.txt``, read by ``results/committed_studies.py``): a supernet study of
+ones (``results/studies.txt``, read by :mod:`searchmaps.report.committed`): a supernet study of
 your own in results/ is not in the table.
 """
 import json, sys
 from pathlib import Path
 import pandas as pd
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from committed_studies import folders  # noqa: E402  (results/studies.txt: the committed folders)
+from searchmaps.report.committed import folders  # results/studies.txt: the committed folders
 root = sys.argv[1]
 space = sys.argv[2] if len(sys.argv) > 2 else "ilr-table1"
 truth_dir = sys.argv[3] if len(sys.argv) > 3 else f"{root}/ilr-table1-rope-tokens"
@@ -31,7 +30,7 @@ if len(sys.argv) > 3:
     from searchmaps.results import records_frame, statistics_rows
     rows_truth = statistics_rows(records_frame(load_runs(truth_dir)))
 rows = []
-for path in sorted(folders("supernet.csv", Path(root)), key=lambda p: f"{p}/supernet.csv"):  # the table's order
+for path in sorted(folders(Path(root), "supernet.csv"), key=lambda p: f"{p}/supernet.csv"):  # the table's order
     if not path.name.startswith(f"{space}-supernet-"):
         continue
     folder = f"{root}/{path.name}"

@@ -41,7 +41,7 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
     out = [f"The ranking above compares the maps at {seen}, as this search trained them; read from every seed's "
            f"ladder at equal training FLOPs (linear in log-FLOPs between its rungs, equal_flops.csv):"]
     full, reached = stats.largest_common_budget(table)
-    at = table[table["budget_flops"] == full]
+    at = table[table["train_flops_budget"] == full]
     top = at[at["top_group"]]["candidate"].tolist()
     best = at[at["best"]]["candidate"].iloc[0]
     every = "every map reaches" if reached == n_maps else f"the most maps reach ({reached} of {n_maps})"
@@ -52,8 +52,8 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
         others = at[at["candidate"] != reference]
         ahead = int((others["gap_low"] > 0).sum())
         behind = int((others["gap_high"] < 0).sum())
-        leads = table[table["best"]].groupby("budget_flops")["candidate"].first()
-        has = table[table["candidate"] == reference]["budget_flops"].unique()
+        leads = table[table["best"]].groupby("train_flops_budget")["candidate"].first()
+        has = table[table["candidate"] == reference]["train_flops_budget"].unique()
         wins = int((leads.reindex(has) == reference).sum())
         out.append(f"There the baseline `{reference}` is ahead of {ahead} and behind {behind} of the other "
                    f"{len(others)} maps (the pair's 95 % interval of the paired gap excludes 0, not corrected for the "
@@ -61,7 +61,7 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
                    f"at ({_f(min(has))} to {_f(max(has))} FLOPs).")
     clause = top_budget_clause(table, missing)
     if clause:
-        top = table[table["budget_flops"] == table["budget_flops"].max()]
+        top = table[table["train_flops_budget"] == table["train_flops_budget"].max()]
         text = clause[0].upper() + clause[1:]
         if reference is not None and reference in set(top["candidate"]):
             others = top[top["candidate"] != reference]
@@ -76,11 +76,11 @@ def sentences(table: pd.DataFrame, reference: str | None, unit: str, n_maps: int
 def table_html(table: pd.DataFrame, reference: str | None) -> str:
     """Each map's mean loss at every budget (★: the top group there) and, at the largest
     budget every map reaches, its gap to the baseline."""
-    budgets = sorted(table["budget_flops"].unique())
+    budgets = sorted(table["train_flops_budget"].unique())
     full, _ = stats.largest_common_budget(table)
-    at = table[table["budget_flops"] == full].set_index("candidate")
+    at = table[table["train_flops_budget"] == full].set_index("candidate")
     order = list(at.sort_values("mean").index) + sorted(set(table["candidate"]) - set(at.index))
-    cell = table.set_index(["candidate", "budget_flops"])
+    cell = table.set_index(["candidate", "train_flops_budget"])
     head = ["candidate"] + [f"loss at {_f(b)} FLOPs" for b in budgets]
     if reference is not None:
         head.append(f"Δ vs `{reference}` at {_f(full)} (95 % CI, nats)")
@@ -124,7 +124,7 @@ def figure(rows: pd.DataFrame, table: pd.DataFrame, shown: set[str]):
             line=dict(color=palette[i % len(palette)]),
             error_y=dict(type="data", array=r["half"], thickness=1),
             hovertemplate=f"{cand}<br>%{{x:,.3g}} training FLOPs<br>val loss %{{y:.4f}}<extra></extra>"))
-    for b in sorted(table["budget_flops"].unique()):
+    for b in sorted(table["train_flops_budget"].unique()):
         fig.add_vline(x=b, line=dict(dash="dot", color="#bbb", width=1))
     fig.update_layout(template="plotly_white", font=dict(size=14), height=540, margin=dict(l=70, r=30, t=60, b=60),
                       title="Validation loss vs training FLOPs (each rung: mean ± 95 % CI; dotted: the budgets read)")

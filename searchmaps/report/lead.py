@@ -90,8 +90,8 @@ def missing_at_top(rows: pd.DataFrame, table: pd.DataFrame) -> dict[str, str]:
     why, in words: where their rows stop (before the ladder's last horizon, or at it)."""
     if table.empty:
         return {}
-    top = float(table["budget_flops"].max())
-    read = set(table[table["budget_flops"] == top]["candidate"])
+    top = float(table["train_flops_budget"].max())
+    read = set(table[table["train_flops_budget"] == top]["candidate"])
     last = rows["rung"].max()
     out = {}
     for cand, g in rows.groupby("candidate", sort=True):
@@ -115,10 +115,10 @@ def top_budget_clause(table: pd.DataFrame, missing: dict[str, str] | None) -> st
     if table.empty:
         return ""
     full, _ = stats.largest_common_budget(table)
-    top = float(table["budget_flops"].max())
+    top = float(table["train_flops_budget"].max())
     if top == full:
         return ""
-    at = table[table["budget_flops"] == top]
+    at = table[table["train_flops_budget"] == top]
     group = at[at["top_group"]].sort_values("mean")["candidate"].tolist()
     gone = "; ".join(f"`{c}` is missing there: {why}" for c, why in (missing or {}).items())
     names = ", ".join(f"`{c}`" for c in group)
@@ -137,7 +137,7 @@ def flops_lead(table: pd.DataFrame, reference: str | None, n_maps: int,
         return ("At equal training FLOPs this ladder cannot compare the maps: no budget is reached by two maps on "
                 "two seeds or more.")
     full, reached = stats.largest_common_budget(table)
-    at = table[table["budget_flops"] == full]
+    at = table[table["train_flops_budget"] == full]
     best = at[at["best"]]["candidate"].iloc[0]
     top = at[at["top_group"]]["candidate"].tolist()
     every = "every map reaches" if reached == n_maps else f"the most maps reach, {reached} of {n_maps}"

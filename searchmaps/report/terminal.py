@@ -165,9 +165,9 @@ def compute_lines(ok, frame, rule: str, alpha: float) -> list[str]:
     table = stats.equal_flops(rows, reference=stats.reference_candidate(ok), alpha=alpha, rule=rule)
     if table.empty:
         return out
-    at = table[table["budget_flops"] == stats.largest_common_budget(table)[0]]
+    at = table[table["train_flops_budget"] == stats.largest_common_budget(table)[0]]
     top = at[at["top_group"]]["candidate"].tolist()
-    out.append(f"at equal training FLOPs ({at['budget_flops'].iloc[0]:.3g}, read from the ladder): top group "
+    out.append(f"at equal training FLOPs ({at['train_flops_budget'].iloc[0]:.3g}, read from the ladder): top group "
                f"{', '.join(top)} ({len(top)} of {len(at)}); best {at[at['best']]['candidate'].iloc[0]}")
     return out
 

@@ -26,7 +26,7 @@ from . import topgroup
 from .analysis import Analysis, analyze, pairwise_analysis
 from .bootstrap import (MIN_COVERAGE, N_BOOT, boot_indices, bootstrap_coverage, cube, few_seeds, interval,
                         interval_inf, once_per_input, shared_seeds, fit_slope, tau_rho, tau_rho_small)
-from .compute import budgets_of, equal_flops, largest_common_budget, loss_at_flops
+from .compute import budgets_of, equal_flops, largest_common_budget, loss_at_flops, read_equal_flops
 from .evalnoise import eval_noise
 from .detectable import detectable_difference, min_detectable_effect
 from .gaps import crossings, gap_trend, paired_gap_at_target
@@ -51,7 +51,7 @@ __all__ = [
     "agreement_with", "all_pairs", "analyze", "best_candidate", "boot_indices", "budgets_of", "bootstrap_coverage", "bounds_hit",
     "check_reference", "check_rule", "compare", "correction_of", "comparison_table", "crossings", "cube", "detectable_difference",
     "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
-    "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "min_detectable_effect", "min_pvalue",
+    "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "read_equal_flops", "min_detectable_effect", "min_pvalue",
     "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "paired_test_of", "pairwise_analysis",
     "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "proxy_fidelity", "pvalue_matrix",
     "race_step", "rank_by_rung", "rank_stability", "reference_candidate", "require_family_wise", "resolution",

@@ -19,6 +19,11 @@ from .analysis import analyze
 from .topgroup import DEFAULT_RULE
 
 RELATIVE_TOLERANCE = 1e-9  # a rung within this of a budget is read as exactly on it (float FLOP counts)
+# the column of an equal_flops table (and equal_flops.csv) holding the budget of training FLOPs
+# each row is read at; before issue 45 it was "budget_flops", a name study.json gives the search's
+# budget of forward FLOPs per token
+BUDGET = "train_flops_budget"
+OLD_BUDGET = "budget_flops"
 
 
 def loss_at_flops(rows: pd.DataFrame, budgets, metric: str = "val_loss") -> pd.DataFrame:
@@ -56,13 +61,23 @@ def budgets_of(rows: pd.DataFrame, reference: str | None) -> list[float]:
 def largest_common_budget(table: pd.DataFrame) -> tuple[float, int]:
     """The largest budget of an :func:`equal_flops` table read for the most candidates, and
     how many that is: where the maps are compared at equal compute."""
-    counts = table.groupby("budget_flops")["candidate"].nunique()
+    counts = table.groupby(BUDGET)["candidate"].nunique()
     return float(counts[counts == counts.max()].index.max()), int(counts.max())
+
+
+def read_equal_flops(path) -> pd.DataFrame:
+    """An ``equal_flops.csv`` as :func:`equal_flops` made it, one written before the budget's
+    column was renamed (``budget_flops``) included: that column read as :data:`BUDGET`."""
+    table = pd.read_csv(path)
+    if OLD_BUDGET in table.columns and BUDGET not in table.columns:
+        table = table.rename(columns={OLD_BUDGET: BUDGET})
+    return table
 
 
 def equal_flops(rows: pd.DataFrame, reference: str | None = None, metric: str = "val_loss", alpha: float = 0.05,
                 rule: str = DEFAULT_RULE, budgets=None) -> pd.DataFrame:
-    """One row per (budget, candidate) for the budgets (default :func:`budgets_of`) where two
+    """One row per (budget, candidate) for the budgets (default :func:`budgets_of`; column
+    :data:`BUDGET`, training FLOPs) where two
     candidates or more have a reading on two seeds or more: seeds, tokens (mean), mean,
     ``ci_low``/``ci_high`` (t interval over seeds), ``top_group`` (``rule`` at ``alpha`` over
     the candidates read there), ``best``, and with a baseline read there its paired
@@ -85,7 +100,7 @@ def equal_flops(rows: pd.DataFrame, reference: str | None = None, metric: str = 
             x = mat[cand].dropna()
             n = len(x)
             half = st.t.ppf(1 - alpha / 2, n - 1) * x.std(ddof=1) / np.sqrt(n)
-            row = {"budget_flops": b, "candidate": cand, "seeds": n,
+            row = {BUDGET: b, "candidate": cand, "seeds": n,
                    "tokens": float(at.loc[at["candidate"] == cand, "tokens"].mean()),
                    "mean": float(x.mean()), "ci_low": float(x.mean() - half), "ci_high": float(x.mean() + half),
                    "top_group": cand in res.top_group, "best": cand == res.best,
@@ -98,5 +113,5 @@ def equal_flops(rows: pd.DataFrame, reference: str | None = None, metric: str = 
                     h = st.t.ppf(1 - alpha / 2, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
                     row.update(gap=float(d.mean()), gap_low=float(d.mean() - h), gap_high=float(d.mean() + h))
             out.append(row)
-    return pd.DataFrame(out, columns=["budget_flops", "candidate", "seeds", "tokens", "mean", "ci_low", "ci_high",
+    return pd.DataFrame(out, columns=[BUDGET, "candidate", "seeds", "tokens", "mean", "ci_low", "ci_high",
                                       "top_group", "best", "gap", "gap_low", "gap_high"])

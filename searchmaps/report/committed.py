@@ -1,20 +1,21 @@
-"""The committed study folders, as ``results/studies.txt`` lists them (issue 46: ``bash dev.sh
+"""The committed study folders of a results folder, as its manifest ``studies.txt`` lists
+them, and how a rebuilt CSV file is compared with the committed one (issue 46: ``bash dev.sh
 demo``, the README's first command, writes its study into ``results/`` too, and a user's own
 study there must change nothing the committed findings say or the tests compare).
 
-Every generator of findings across studies (``quote_findings.py``, ``findings_across.py``,
-``supernet-methods/supernet_methods.py``) and the tests that check the committed pages take
-their folders from :func:`folders`, never from every folder under ``results/``. The manifest
-is one folder name a line; lines starting with ``#`` and blank lines are skipped. A folder it
-lists that is missing is an error (a typo, or a study deleted without its line), not a study
-quietly left out; ``tests/test_committed_studies.py`` checks it lists exactly the study folders
-git tracks.
+Every generator of findings across studies (``results/quote_findings.py``,
+:mod:`searchmaps.report.across`, ``results/supernet-methods/supernet_methods.py``) and the
+tests that check the committed pages take their folders from :func:`folders`, never from every
+folder under ``results/``. The manifest is one folder name a line; lines starting with ``#``
+and blank lines are skipped. A folder it lists that is missing is an error (a typo, or a study
+deleted without its line), not a study quietly left out; ``tests/test_committed_studies.py``
+checks that the repository's ``results/studies.txt`` lists exactly the study folders git tracks.
 
-:func:`same_csv` is how a committed CSV file is compared with its rebuild (``study_reports.py``,
-``supernet_reports.py``): texts the same, numbers to float rounding, except in the files of the
-iterative fits (:data:`FITTED`: scipy's ``curve_fit`` and ``least_squares`` stop at their own
-tolerance, and another machine's BLAS stops them elsewhere), whose numbers agree to
-:data:`FIT_TOL`.
+:func:`same_csv` is how a committed CSV file is compared with its rebuild
+(``results/study_reports.py``, ``results/supernet_reports.py``): texts the same, numbers to
+float rounding, except in the files of the iterative fits (:data:`FITTED`: scipy's
+``curve_fit`` and ``least_squares`` stop at their own tolerance, and another machine's BLAS
+stops them elsewhere), whose numbers agree to :data:`FIT_TOL`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-RESULTS = Path(__file__).resolve().parent
 MANIFEST = "studies.txt"
 # The files whose numbers come out of iterative fits. Rebuilt here, the committed ones moved by
 # up to 7e-5 (A = 33.16, 2e-6 relative), 6e-6 (a floor E = 1.52 the data barely pin down) and
@@ -36,13 +36,13 @@ FIT_TOL = 1e-4  # relative, or absolute (nats): ten times finer than the 3 decim
 ROUNDING = (1e-9, 1e-12)  # every other file, (relative, absolute): float rounding only
 
 
-def names(results: Path = RESULTS) -> list[str]:
+def names(results: Path) -> list[str]:
     """The folder names ``results/studies.txt`` lists, in its order."""
     lines = (Path(results) / MANIFEST).read_text(encoding="utf-8").splitlines()
     return [s for s in (line.strip() for line in lines) if s and not s.startswith("#")]
 
 
-def folders(file: str | None = None, results: Path = RESULTS) -> list[Path]:
+def folders(results: Path, file: str | None = None) -> list[Path]:
     """The committed study folders under ``results`` (sorted by name), only those holding
     ``file`` when it is given; FileNotFoundError for a listed folder that is not there."""
     out = []

@@ -1,8 +1,9 @@
-"""The README's findings across the committed studies, generated from their files (issue 33:
-findings that cannot drift from the rows); :mod:`quote_findings` puts them in the README's
-"What the committed studies found" block, so its staleness test covers them. "Every" below
-means every committed study folder (``results/studies.txt``, read by :mod:`committed_studies`):
-a study of your own in ``results/`` is not one of them.
+"""Findings across a set of study folders, generated from their files (issue 33: findings that
+cannot drift from the rows); ``results/quote_findings.py`` puts them, over the committed studies
+(:func:`searchmaps.report.committed.folders`), in the README's "What the committed studies
+found" block, so its staleness test covers them. Each function takes the study folders and
+reads the file it needs from those that hold it: a study of your own in ``results/`` is not
+among the committed ones.
 
 - :func:`equal_tokens`: from every ``summary.csv``, in how many studies a map is
   significantly better than the baseline at the reading each search trained (``p_vs_reference``).
@@ -11,7 +12,7 @@ a study of your own in ``results/`` is not one of them.
   interval (uncorrected) excludes 0 against every other map.
 - :func:`inference`: the inference-cost study's table (exit at each seed's picked threshold,
   without memory sharing; the paired change with ``first:64``; the KV bytes saved) and what it
-  shows, from ``results/ilr-table1-inference/runs.csv``.
+  shows, from that study's ``runs.csv`` (``results/ilr-table1-inference``).
 - :func:`supernets`: from every ``supernet_validation.csv``, the supernet's τ against
   stand-alone training beside ranking by applied layers alone (``depth_tau``).
 """
@@ -20,23 +21,21 @@ from __future__ import annotations
 
 import json
 import math
-import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from scipy import stats
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import committed_studies  # noqa: E402  (its sibling: the committed folders, results/studies.txt)
+from searchmaps.stats.compute import BUDGET, read_equal_flops
 
-RESULTS = Path(__file__).resolve().parent
 ALPHA = 0.05
 
 
-def _folders(file: str) -> list[Path]:
-    """The committed study folders holding ``file``: a user's own study in results/ is none of them."""
-    return committed_studies.folders(file)
+def _holding(folders: Sequence[Path], file: str) -> list[Path]:
+    """The folders of ``folders`` holding ``file``, in their order."""
+    return [Path(f) for f in folders if (Path(f) / file).is_file()]
 
 
 def _names(names: list[str]) -> str:
@@ -44,11 +43,11 @@ def _names(names: list[str]) -> str:
     return q[0] if len(q) == 1 else f"{', '.join(q[:-1])} and {q[-1]}"
 
 
-def equal_tokens() -> str:
+def equal_tokens(folders: Sequence[Path]) -> str:
     """One sentence: the studies where a map beats the baseline significantly at the reading
     the search trained (its summary.csv's ``p_vs_reference`` at α = 0.05, a lower loss)."""
     studied, beaten, flops = [], [], []
-    for folder in _folders("summary.csv"):
+    for folder in _holding(folders, "summary.csv"):
         info = folder / "study.json"
         if info.is_file() and json.loads(info.read_text()).get("horizon") == "train_flops":
             flops.append(folder.name)
@@ -68,21 +67,21 @@ def equal_tokens() -> str:
                    f"studies ({'; '.join(beaten)}).")
 
 
-def equal_flops() -> str:
-    """One sentence over every committed ladder's equal_flops.csv."""
+def equal_flops(folders: Sequence[Path]) -> str:
+    """One sentence over the equal_flops.csv of every ladder among ``folders``."""
     lowest, clear, ladders, beyond = [], [], [], []
-    for folder in _folders("equal_flops.csv"):
-        t = pd.read_csv(folder / "equal_flops.csv")
+    for folder in _holding(folders, "equal_flops.csv"):
+        t = read_equal_flops(folder / "equal_flops.csv")
         if t.empty:
             continue
-        counts = t.groupby("budget_flops")["candidate"].nunique()
+        counts = t.groupby(BUDGET)["candidate"].nunique()
         full = counts[counts == counts.max()].index.max()
-        at = t[t["budget_flops"] == full]
+        at = t[t[BUDGET] == full]
         ladders.append(folder.name)
-        peak = t[t["budget_flops"] == t["budget_flops"].max()]
-        if peak["budget_flops"].iloc[0] != full:  # the study's top budget, where a map is missing
+        peak = t[t[BUDGET] == t[BUDGET].max()]
+        if peak[BUDGET].iloc[0] != full:  # the study's top budget, where a map is missing
             group = peak[peak["top_group"]]["candidate"]
-            top = f"{peak['budget_flops'].iloc[0]:.3g}".replace("e+", "e")
+            top = f"{peak[BUDGET].iloc[0]:.3g}".replace("e+", "e")
             beyond.append(f"`{folder.name}` at its top budget, {top} FLOPs, {len(group)} of {len(peak)} maps in the "
                           f"top group")
         ref = at[(at["gap"] == 0) & (at["gap_low"] == 0) & (at["gap_high"] == 0)]["candidate"]
@@ -128,7 +127,7 @@ def _holm(p: list[float]) -> list[float]:
     return out.tolist()
 
 
-def inference(folder: Path = RESULTS / "ilr-table1-inference") -> list[str]:
+def inference(folder: Path) -> list[str]:
     """The inference study's table and one paragraph of what its rows show, as Markdown lines."""
     d = pd.read_csv(folder / "runs.csv")
     d = d[d["status"] == "ok"].assign(kv=lambda x: x["kv_share"].fillna("none"))
@@ -165,11 +164,11 @@ def inference(folder: Path = RESULTS / "ilr-table1-inference") -> list[str]:
     return head + rows + ["", said]
 
 
-def supernets() -> str:
-    """One sentence over every supernet_validation.csv: its τ against stand-alone training
+def supernets(folders: Sequence[Path]) -> str:
+    """One sentence over the supernet_validation.csv of every folder of ``folders``: its τ against stand-alone training
     beside ranking by applied layers alone."""
     v = pd.concat([pd.read_csv(f / "supernet_validation.csv").assign(folder=f.name)
-                   for f in _folders("supernet_validation.csv")], ignore_index=True)
+                   for f in _holding(folders, "supernet_validation.csv")], ignore_index=True)
     below = v[v["kendall_tau"] < v["depth_tau"]]
     reach = v[v["kendall_tau_high"] >= v["depth_tau"]]
     best = v.loc[v["kendall_tau"].idxmax()]
