@@ -211,7 +211,7 @@ def _ilr_blocks(seq, b):
 def test_fair_sampling_trains_each_layers_values_equally_often_over_every_block():
     from collections import Counter
 
-    from searchmaps.supernet.fair import block_length, layer_choices
+    from searchmaps.supernet.samplings.fair import block_length, layer_choices
 
     # layer 1 takes 1, 2, 3 and layer 2 takes 1, 2: blocks of lcm(3, 2) = 6 steps. 3,2 and
     # 3,3 are not in the space, so the two 3s of a block must pair with 1s: swaps find it

@@ -7,7 +7,7 @@ ordinary trainer (:func:`searchmaps.train.train_ladder`: same schedule, data ord
 determinism and failure handling), each step running a map drawn from the space's
 feasible maps: ``uniform`` over them, ``sandwich`` (the cheapest, the most expensive
 and a random map in turn, so the extremes are trained throughout), or ``fair`` (each
-layer's repeat values equally often, :mod:`searchmaps.supernet.fair`). ``--split depth``
+layer's repeat values equally often, :mod:`searchmaps.supernet.samplings.fair`). ``--split depth``
 trains one per depth group instead (:mod:`searchmaps.supernet.split`). Trained on a single
 map it is exactly the stand-alone training of that map (tested bit for bit).
 
@@ -41,7 +41,8 @@ from ..spaces import Space, feasible_maps
 from ..train import autocast, resolve_device, train_ladder, validation_batches
 from .distill import distill_plan, expected_cost, teacher_of
 from .finetune import finetune_scores, finetune_steps
-from .method import SAMPLINGS, SupernetMethod
+from .method import SupernetMethod
+from .samplings import sampling as get_sampling
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,24 +63,10 @@ class SupernetResult:
 
 def map_sequence(maps: Sequence[ReuseMap], steps: int, seed: int, sampling: str = "uniform",
                  cost=None) -> list[ReuseMap]:
-    """The map each training step runs, a function of ``seed`` alone (its own random
-    stream, apart from the data order). ``sandwich`` cycles cheapest, most expensive and a
-    uniform draw (``cost``: a map's cost, default its applied layers); ``fair`` trains every
-    layer's repeat values equally often (:mod:`searchmaps.supernet.fair`)."""
-    if sampling not in SAMPLINGS:
-        raise ConfigError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
-    maps = list(maps)
-    if sampling == "fair":
-        from .fair import fair_sequence
-
-        return fair_sequence(maps, steps, np.random.default_rng([seed, 0xFA]))
-    rng = np.random.default_rng([seed, 0x5E])
-    draws = [maps[i] for i in rng.integers(0, len(maps), size=steps)]
-    if sampling == "uniform":
-        return draws
-    cost = cost or (lambda m: m.applied_layers)
-    low, high = min(maps, key=cost), max(maps, key=cost)
-    return [low if t % 3 == 0 else high if t % 3 == 1 else draws[t] for t in range(steps)]
+    """The map each training step runs under ``sampling`` (:mod:`searchmaps.supernet.samplings`),
+    a function of ``seed`` alone (its own random stream, apart from the data order); ``cost``:
+    a map's cost, for rules that pick by it (default its applied layers)."""
+    return get_sampling(sampling).sequence(list(maps), steps, seed, cost)
 
 
 def train_supernet(space: Space, budget_flops: float, spec: TrialSpec, sampling: str = "uniform",
@@ -109,7 +96,7 @@ def train_supernet(space: Space, budget_flops: float, spec: TrialSpec, sampling:
             raise ValueError(f"the teacher {teacher} is not one of the supernet's maps")
     per_step = tokens_per_step(spec)
     if spec.train.train_flops is not None:  # the budget at the sampling's expected cost per step
-        mean = expected_cost(maps, sampling, teacher, cost) if distill else _expected_cost(maps, sampling, cost)
+        mean = expected_cost(maps, sampling, teacher, cost) if distill else get_sampling(sampling).expected_cost(maps, cost)
         steps = int(spec.train.train_flops // (mean * per_step))
         if steps < 1:
             raise ConfigError(f"--train-flops {spec.train.train_flops:.3g} buys less than one supernet step")
@@ -144,15 +131,6 @@ def train_supernet(space: Space, budget_flops: float, spec: TrialSpec, sampling:
             score_s = time.perf_counter() - t0
     return SupernetResult(spec.seed, sampling, rec, scores, trained, score_s, distilled=distilled,
                           teacher=teacher if distill else None, finetune=finetuned)
-
-
-def _expected_cost(maps, sampling: str, cost: dict) -> float:
-    if sampling == "uniform":
-        return float(np.mean([cost[m] for m in maps]))
-    if sampling == "fair":  # the mean over a long fair sequence (the record counts the maps that ran)
-        return float(np.mean([cost[m] for m in map_sequence(maps, 2000, 0, "fair")]))
-    low, high = min(cost.values()), max(cost.values())
-    return (low + high + float(np.mean(list(cost.values())))) / 3
 
 
 @torch.no_grad()

@@ -17,6 +17,7 @@ import numpy as np
 
 from ..config import ReuseMap
 from ..train.step import Distill
+from .samplings import sampling as get_sampling
 
 
 def teacher_of(maps: Sequence[ReuseMap], cost: Callable[[ReuseMap], float]) -> ReuseMap:
@@ -27,13 +28,9 @@ def teacher_of(maps: Sequence[ReuseMap], cost: Callable[[ReuseMap], float]) -> R
 
 def students_of(maps: Sequence[ReuseMap], teacher: ReuseMap, sampling: str,
                 cost: Callable[[ReuseMap], float]) -> tuple[ReuseMap | None, list[ReuseMap]]:
-    """(the fixed student, the maps the random student is drawn from): sandwich fixes the
-    cheapest map other than the teacher and draws from the rest; uniform fixes none."""
-    others = [m for m in maps if m != teacher]
-    if sampling == "sandwich" and others:
-        low = min(others, key=lambda m: (cost(m), str(m)))
-        return low, [m for m in others if m != low]
-    return None, others
+    """(the fixed student, the maps the random student is drawn from), the sampling's rule
+    over the maps other than the teacher (:meth:`~searchmaps.supernet.samplings.base.Sampling.students`)."""
+    return get_sampling(sampling).students([m for m in maps if m != teacher], cost)
 
 
 def distill_plan(maps: Sequence[ReuseMap], steps: int, seed: int, sampling: str, teacher: ReuseMap,

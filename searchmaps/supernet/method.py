@@ -15,8 +15,10 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..config import ConfigError
+from .samplings import REGISTRY
+from .samplings import sampling as get_sampling
 
-SAMPLINGS = ("uniform", "sandwich", "fair")
+SAMPLINGS = tuple(REGISTRY)  # --sampling's choices (a sampling registered later is checked all the same)
 SPLITS = ("none", "depth")
 SPLIT_BUDGETS = ("shared", "full")
 
@@ -40,18 +42,15 @@ class SupernetMethod:
     distill_given: bool = dataclasses.field(default=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.sampling not in SAMPLINGS:
-            raise ConfigError(f"--sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        rule = get_sampling(self.sampling)  # (refuses an unknown one)
         if self.split not in SPLITS:
             raise ConfigError(f"--split must be one of {', '.join(SPLITS)}, got {self.split!r}")
         if self.split_budget not in SPLIT_BUDGETS:
             raise ConfigError(f"--split-budget must be one of {', '.join(SPLIT_BUDGETS)}, got {self.split_budget!r}")
         if not isinstance(self.distill, bool):
             raise ConfigError(f"--distill is on or off, got {self.distill!r}")
-        if self.split != "none" and self.sampling == "sandwich":  # inside a depth group every map costs the same
-            raise ConfigError("--sampling sandwich trains the cheapest and the dearest map in turn, and inside a "
-                              "--split depth group every map costs the same: use --sampling uniform or fair with "
-                              "--split depth")
+        if self.split != "none" and rule.groups_refusal:  # inside a depth group every map costs the same
+            raise ConfigError(rule.groups_refusal)
         if isinstance(self.finetune_tokens, bool) or not isinstance(self.finetune_tokens, int) \
                 or self.finetune_tokens < 0:
             raise ConfigError(f"--finetune-tokens must be positive, got {self.finetune_tokens}")
@@ -67,7 +66,8 @@ class SupernetMethod:
         tokens given is refused (leave the flag out)."""
         if sampling is None:
             sampling = "uniform" if split != "none" else "sandwich"
-        method = cls(sampling=sampling, distill=sampling == "sandwich" if distill is None else distill,
+        default = get_sampling(sampling).distills_by_default
+        method = cls(sampling=sampling, distill=default if distill is None else distill,
                      split=split, split_budget=split_budget, finetune_tokens=finetune_tokens or 0,
                      landmarks=landmarks, distill_given=distill is not None)
         if finetune_tokens == 0:  # given as 0 (a negative number the record refuses itself)

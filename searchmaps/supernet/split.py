@@ -33,6 +33,7 @@ from ..schedule import tokens_per_step
 from ..spaces import Space, feasible_maps
 from . import SupernetResult, score_rows, train_supernet
 from .method import SPLIT_BUDGETS, SupernetMethod
+from .samplings import sampling as get_sampling
 
 
 def depth_groups(maps: Sequence[ReuseMap]) -> dict[int, list[ReuseMap]]:
@@ -69,9 +70,8 @@ def train_split(space: Space, budget_flops: float, spec: TrialSpec, sampling: st
     ``budget_flops``, or ``maps``), each :func:`searchmaps.supernet.train_supernet` over its
     group's maps only (``methods``: its ``distill``/``finetune_tokens``; a group's teacher is
     its own deepest map); stops at the first that fails (its result is the last)."""
-    if sampling == "sandwich":
-        raise ConfigError("--sampling sandwich trains the cheapest and the dearest map in turn, and inside a --split "
-                          "depth group every map costs the same: use --sampling uniform or fair with --split depth")
+    if get_sampling(sampling).groups_refusal:
+        raise ConfigError(get_sampling(sampling).groups_refusal)
     corpus = corpus if corpus is not None else load_corpus(spec.data)
     maps = list(maps) if maps is not None else feasible_maps(space, budget_flops)
     if not maps:

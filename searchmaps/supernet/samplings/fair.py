@@ -31,7 +31,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..config import ReuseMap
+from ...config import ReuseMap
+from .base import Sampling
 
 
 def layer_choices(maps: Sequence[ReuseMap]) -> list[list[int]]:
@@ -95,3 +96,16 @@ def fair_sequence(maps: Sequence[ReuseMap], steps: int, rng: np.random.Generator
                 out.append(blocks[int(rng.integers(len(blocks)))])
             out.append(ReuseMap(r))
     return out[:steps]
+
+
+class Fair(Sampling):
+    """``--sampling fair``: the module's rule; its expected cost is the mean over a long fair
+    sequence (the record counts the maps that ran)."""
+
+    name = "fair"
+
+    def sequence(self, maps, steps, seed, cost=None):
+        return fair_sequence(maps, steps, np.random.default_rng([seed, 0xFA]))
+
+    def expected_cost(self, maps, cost):
+        return float(np.mean([cost[m] for m in self.sequence(maps, 2000, 0)]))
