@@ -18,6 +18,7 @@ from typing import Literal, get_args
 from .encodings import ENCODINGS, Encoding
 from .maps import (NO_SHARING, PLANNED_SEPARATOR, Candidate, ConfigError, KvShare, ReuseMap, folder_name_problem,
                    parse_kv_share, parse_planned, resolve_candidate)
+from .protocols import ILR_EVAL_CHUNK, PROTOCOLS
 
 __all__ = ["NO_SHARING", "PLANNED_SEPARATOR", "Candidate", "ConfigError", "KvShare", "ReuseMap",  # from maps.py
            "folder_name_problem", "parse_kv_share", "parse_planned", "resolve_candidate", "ModelConfig", "TrainConfig",
@@ -30,7 +31,6 @@ Precision = Literal["fp32", "bf16"]
 Schedule = Literal["cosine", "wsd"]
 CooldownShape = Literal["1-sqrt", "linear"]
 Init = Literal["scaled", "normal"]
-EvalProtocol = Literal["windows", "ilr", "spread", "stratified"]
 TrainSampling = Literal["windows", "epoch"]
 ATTENTION_KERNELS = ("sdpa", "math", "chunked")  # searchmaps.attention.KERNELS (that module imports torch)
 
@@ -40,15 +40,14 @@ PRECISIONS: tuple[str, ...] = get_args(Precision)
 SCHEDULES: tuple[str, ...] = get_args(Schedule)
 COOLDOWN_SHAPES: tuple[str, ...] = get_args(CooldownShape)
 INITS: tuple[str, ...] = get_args(Init)
-EVAL_PROTOCOLS: tuple[str, ...] = get_args(EvalProtocol)
-NEW_EVAL_PROTOCOL: EvalProtocol = "stratified"
+EVAL_PROTOCOLS: tuple[str, ...] = tuple(PROTOCOLS)  # searchmaps.protocols: one record each
+NEW_EVAL_PROTOCOL = "stratified"
 """What the commands (searchmaps.run, .supernet, .train) score a new study or training with when
 neither --eval-protocol, the space file nor --preset names one: a window in every held-out
 document. TrainConfig's own default stays ``windows`` (the committed rows' hashes, and library
 callers); a resumed study keeps the protocol it recorded (:func:`searchmaps.cli.flags.eval_protocol_of`)."""
 TRAIN_SAMPLINGS: tuple[str, ...] = get_args(TrainSampling)
 EXIT_EPS_GRID = (0.0, 1e-4, 1e-3, 1e-2, 1e-1)  # --exit-eps without a value: KL thresholds in nats
-ILR_EVAL_CHUNK = 4096  # --eval-protocol ilr: the validation split is cut into sequences of this many tokens
 
 
 # --------------------------------------------------------------------------- model
@@ -165,7 +164,7 @@ class TrainConfig:
     warmup_steps: int | None = None  # None: warmup_frac of the steps; a horizon ladder fixes it for every rung
     decay_gains: bool = False  # weight decay on every parameter, RMSNorm gains included (ILR); False: gains exempt
     micro_batch: int = 0  # sequences per forward/backward, gradients accumulated over the step's batch; 0: all
-    eval_protocol: EvalProtocol = "windows"  # windows: the split's first windows; ilr: first seq_len of 4,096-token
+    eval_protocol: str = "windows"  # (searchmaps.protocols) windows: the split's first windows; ilr: first seq_len of 4,096-token
     # chunks; spread: windows spread evenly over the whole split; stratified: windows in every held-out document
     # per-token convergence exit (searchmaps.train.exit), an evaluation of the trained weights at each
     # recorded rung: the KL thresholds tried (empty: no exit evaluation) and the loss tolerance that picks one
@@ -266,9 +265,10 @@ class TrialSpec:
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ConfigError(f"--seed must be a non-negative integer, got {self.seed!r}")
         _positive("--threads", self.threads)
-        if self.train.eval_protocol == "ilr" and self.model.seq_len > ILR_EVAL_CHUNK:
-            raise ConfigError(f"--eval-protocol ilr scores the first --seq-len tokens of {ILR_EVAL_CHUNK:,}-token "
-                              f"sequences; --seq-len {self.model.seq_len} is longer")
+        longest = PROTOCOLS[self.train.eval_protocol].max_seq_len
+        if longest is not None and self.model.seq_len > longest:
+            raise ConfigError(f"--eval-protocol {self.train.eval_protocol} scores the first --seq-len tokens of "
+                              f"{longest:,}-token sequences; --seq-len {self.model.seq_len} is longer")
 
     def to_dict(self) -> dict:
         """A flat, JSON-able dict: ``model.*``, ``train.*`` and the top-level fields."""

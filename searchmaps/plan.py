@@ -20,6 +20,7 @@ from .encodings import ENCODINGS
 from .objectives import DEFAULT as DEFAULT_OBJECTIVES
 from .objectives import OBJECTIVES
 from .objectives import parse as parse_objectives
+from .protocols import PROTOCOLS
 from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
 from .schedule import make_ladder, plan_steps, with_horizon
@@ -429,20 +430,19 @@ def default_study_name(plan: SearchPlan, supernet=None) -> str:
 
 def with_corpus(plan: SearchPlan, data: str, vocab_size: int | None = None, tokenizer: str | None = None,
                 **fields) -> SearchPlan:
-    """The plan with its corpus (``--data``, ``--vocab-size``, ``--tokenizer``) loaded, checked
-    against the protocol (a batch, a context and the validation tokens fit it; the ilr
-    protocol's 4,096-token held-out sequence) and recorded by name, vocabulary and
-    fingerprint; ``fields`` are set with them. DataError or ConfigError naming the flag."""
-    from .data import check_fits, ilr_val_batches, load_corpus  # data imports torch
+    """The plan with its corpus (``--data``, ``--vocab-size``, ``--tokenizer``) loaded, checked against the
+    protocol (a batch, a context and the validation tokens fit it; what its evaluation protocol checks)
+    and recorded by name, vocabulary and fingerprint; ``fields`` set with them. DataError or ConfigError."""
+    from .data import check_fits, load_corpus  # data imports torch
     from .data.documents import window_documents
 
-    space = plan.space
+    space, protocol = plan.space, PROTOCOLS[plan.space.train.eval_protocol]
     corpus = load_corpus(data, vocab_size=vocab_size, tokenizer=tokenizer)
     check_fits(corpus, space.train.batch_size, space.model.seq_len, space.train.eval_tokens)
-    if space.train.eval_protocol == "ilr":  # the validation split must hold one 4,096-token sequence
-        ilr_val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
+    if protocol.checks_split:  # (ilr: the validation split must hold one 4,096-token sequence)
+        protocol.val_batches(corpus, space.train.forward_batch, space.model.seq_len, space.train.eval_tokens)
     docs = window_documents(len(corpus.val), corpus.val_docs, space.model.seq_len, space.train.eval_tokens) \
-        if space.train.eval_protocol == "stratified" else ()
+        if protocol.by_document else ()
     return dataclasses.replace(plan, **fields, data=corpus.name, vocab_size=corpus.vocab_size,
                                data_fingerprint=corpus.fingerprint, eval_docs=docs)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "searchmaps"
 
 # pipeline order, lowest first: a module may import only modules before it
-ORDER = ["attention", "encodings", "maps", "config", "flops", "presets", "device", "faults", "model", "data.corpus", "data.cache", "data.documents", "data.split", "data.bpe", "data.english", "data.english_large", "data.named", "data.sources",
+ORDER = ["attention", "encodings", "maps", "protocols", "config", "flops", "presets", "device", "faults", "model", "data.corpus", "data.cache", "data.documents", "data.split", "data.bpe", "data.english", "data.english_large", "data.named", "data.sources",
          "data.stage", "data.batches", "data.command", "data", "schedule", "spaces", "results.record", "results.file", "results", "objectives",
          "stats.procedures", "stats.paired", "stats.detectable", "stats.topgroup.critical", "stats.topgroup.rule",
          "stats.topgroup.rules.friedman", "stats.topgroup.rules.holm", "stats.topgroup.rules.hsd",

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .. import stats
+from ..protocols import PROTOCOLS
 from ..results import RunRecord, read_eval_docs, read_eval_windows
 from .section import Section
 
@@ -54,10 +55,7 @@ def config_sentence(config: dict, what: str = "map and seed") -> str | None:
 
 def _described(p: str, n: int, L: int, d: str | None, scored: set | None, what: str = "map and seed") -> str:
     source = f"the held-out split of `{d}`" if d else "the held-out split of each row's --data"
-    how = {"windows": f"consecutive {L:,}-token windows from the start of {source}",
-           "spread": f"{L:,}-token windows spread evenly over the whole of {source}",
-           "stratified": f"{L:,}-token windows stratified by held-out document over {source}",
-           "ilr": f"the first {L:,} tokens of each 4,096-token sequence of {source} (ILR's rule)"}.get(p, f"{p} on {source}")
+    how = PROTOCOLS[p].describe(L, source) if p in PROTOCOLS else f"{p} on {source}"
     if scored is None:  # one config, no rows: what was asked
         amount = f"--eval-tokens {n:,} held-out tokens asked per score (in whole windows: at most that many)"
     elif scored and 0 not in scored:

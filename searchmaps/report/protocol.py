@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 
+from ..protocols import PROTOCOLS
 from ..stats import CORRECTIONS, PAIRED_TESTS, Analysis
 from .sentences import family_label, p_eq
 
@@ -178,10 +179,10 @@ def recipe_sentence(configs: list[dict], ok: pd.DataFrame) -> str:
         ilr.append("weight decay on every parameter, norm gains included")
     if one("model.init", "scaled") == "normal":
         ilr.append("N(0, 0.02) initialisation for every matrix")
-    if one("train.eval_protocol", "windows") == "ilr" and seq is not None and not isinstance(seq, str):
-        ilr.append(f"validation on the first {int(seq):,} tokens of each held-out 4,096-token sequence")
-    if one("train.eval_protocol", "windows") == "spread":
-        ilr.append("validation windows spread evenly over the whole held-out split")
+    note = PROTOCOLS.get(one("train.eval_protocol", "windows"))
+    note = note.note if note is not None else ""
+    if note and ("{L" not in note or (seq is not None and not isinstance(seq, str))):
+        ilr.append(note.format(L=int(seq) if "{L" in note else 0))
     return (f"Training: AdamW (β {one('train.beta1', 0.9):g}/{one('train.beta2', 0.999):g}, weight decay {wd:g}, "
             f"gradient clip {clip:g}), {lr}, {sched}; {per_update}, {steps_text}; "
             + "".join(f"{x}; " for x in ilr) + f"{prec} on {device}.")

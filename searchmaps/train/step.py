@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import torch
 
-from ..config import ILR_EVAL_CHUNK, TrialSpec
-from ..data import Corpus, ilr_val_batches, spread_val_batches, stratified_val_batches, val_batches
+from ..config import TrialSpec
+from ..data import Corpus
 from ..model import LoopedLM
+from ..protocols import PROTOCOLS
 from ..results import Status
 
 DIVERGENCE_MARGIN = 1.0  # nats above ln(vocab size)
@@ -212,17 +213,10 @@ def evaluate(model: LoopedLM, batches, device: str, precision: str, windows: lis
 
 def validation_batches(corpus: Corpus, spec: TrialSpec) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The fixed validation batches of ``spec``'s ``train.eval_protocol``, ``forward_batch``
-    sequences each: ``windows`` (:func:`~searchmaps.data.val_batches`), ``spread``
-    (:func:`~searchmaps.data.spread_val_batches`), ``stratified``
-    (:func:`~searchmaps.data.stratified_val_batches`) or ``ilr`` (:func:`~searchmaps.data.ilr_val_batches`)."""
-    t, seq_len = spec.train, spec.model.seq_len
-    if t.eval_protocol == "ilr":
-        return ilr_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens, ILR_EVAL_CHUNK)
-    if t.eval_protocol == "spread":
-        return spread_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
-    if t.eval_protocol == "stratified":
-        return stratified_val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
-    return val_batches(corpus, t.forward_batch, seq_len, t.eval_tokens)
+    sequences each (:data:`searchmaps.protocols.PROTOCOLS`: the function in
+    :mod:`searchmaps.data.batches` its record names)."""
+    t = spec.train
+    return PROTOCOLS[t.eval_protocol].val_batches(corpus, t.forward_batch, spec.model.seq_len, t.eval_tokens)
 
 
 def scored_tokens(corpus: Corpus, spec: TrialSpec) -> int:
