@@ -836,7 +836,8 @@ def test_a_ladder_report_names_its_confirmatory_horizon_and_writes_the_gap_trend
     assert "Holm-adjusted p" in page and "assumed N(0, 0.4)" in page
     assert "Measured, not fitted" in page and "Second opinion, one floor E shared" in page
     assert "resamples 4 seeds (the gap trends' are t intervals over the seeds' own values" in page
-    assert "from so few a percentile bootstrap is too narrow" in page
+    assert "at 3 seeds, the most measured up to 4, these nominal 95 % intervals covered" in page
+    assert "τ against the published ranking" in page and "bootstrap-coverage-" in page
     from searchmaps.report import horizons as report_horizons
     from searchmaps.report.summary import load_info, load_runs
     from searchmaps.results import records_frame

@@ -65,3 +65,25 @@ def test_the_measured_coverage_docs_quote_is_in_the_calibration_output():
                 by_n.setdefault(n, []).append(float(c))
     assert set(by_n) == {3, 5, 10}
     assert min(by_n[3]) < 0.93 and min(by_n[5]) < 0.93 and few_seeds(3) and few_seeds(5)
+
+
+def test_the_reports_coverage_table_is_the_calibration_outputs_and_is_read_at_the_seeds_below():
+    """stats.MEASURED_COVERAGE (what the report says a bootstrap covers) holds the numbers of
+    the output file it names, row for row; a study is read at the largest measured seed count
+    not above its own, and below the fewest measured there is no measured number."""
+    import re
+    from pathlib import Path
+
+    from searchmaps.stats import COVERAGE_SOURCE, MEASURED_COVERAGE, measured_coverage
+
+    out = (Path(__file__).resolve().parents[1] / COVERAGE_SOURCE).read_text()
+    rows = {}
+    for line in out.splitlines():
+        cells = re.findall(r"(\d\.\d{3})±", line)
+        if len(cells) == 3:
+            label = line.split("  ")[0].strip()
+            rows[label] = dict(zip((3, 5, 10), map(float, cells)))
+    assert rows == MEASURED_COVERAGE
+    assert measured_coverage(2) is None
+    assert measured_coverage(4) == (3, {q: c[3] for q, c in MEASURED_COVERAGE.items()})
+    assert measured_coverage(5)[0] == 5 and measured_coverage(9)[0] == 5 and measured_coverage(40)[0] == 10

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from . import topgroup
 from .analysis import Analysis, analyze, pairwise_analysis
-from .bootstrap import (MIN_COVERAGE, N_BOOT, boot_indices, bootstrap_coverage, cube, few_seeds, interval,
+from .bootstrap import (COVERAGE_SOURCE, MEASURED_COVERAGE, MIN_COVERAGE, N_BOOT, boot_indices, bootstrap_coverage, cube, few_seeds, interval,
+                        measured_coverage,
                         interval_inf, once_per_input, shared_seeds, fit_slope, tau_rho, tau_rho_small)
 from .compute import budgets_of, equal_flops, largest_common_budget, loss_at_flops, read_equal_flops
 from .evalnoise import eval_noise
@@ -46,11 +47,11 @@ from .topgroup import (DEFAULT_RULE, NOISE_SPREAD, POOLED_RULE, RULES, Rule, Top
                        variance_spread)
 
 __all__ = [
-    "ALPHA_MAX", "ALPHA_MIN", "Analysis", "CORRECTIONS", "Correction", "DEFAULT_RULE", "FAMILY_WISE", "METHODS", "MIN_COVERAGE", "NOISE_SPREAD",
+    "ALPHA_MAX", "ALPHA_MIN", "Analysis", "CORRECTIONS", "Correction", "DEFAULT_RULE", "FAMILY_WISE", "METHODS", "MEASURED_COVERAGE", "COVERAGE_SOURCE", "MIN_COVERAGE", "NOISE_SPREAD",
     "N_BOOT", "PAIRED_TESTS", "POOLED_RULE", "PairedTest", "PUBLISHED_SD", "RULES", "Rule", "TopGroup", "adjust_pvalues", "agreement_shift",
     "agreement_with", "all_pairs", "analyze", "best_candidate", "boot_indices", "budgets_of", "bootstrap_coverage", "bounds_hit",
     "check_reference", "check_rule", "compare", "correction_of", "comparison_table", "crossings", "cube", "detectable_difference",
-    "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "fit_power_law", "fit_shared_floor", "friedman",
+    "detectable_effect", "equal_flops", "eval_noise", "extrapolate", "few_seeds", "measured_coverage", "fit_power_law", "fit_shared_floor", "friedman",
     "full_study_ceiling", "gap_trend", "get_rule", "interval", "interval_inf", "largest_common_budget", "loss_at_flops", "read_equal_flops", "min_detectable_effect", "min_pvalue",
     "noise_check", "once_per_input", "order_by_mean", "oriented", "paired_gap_at_target", "paired_test", "paired_test_of", "pairwise_analysis",
     "pairwise_pvalues", "planned_comparisons", "power_law", "predict", "proxy_agreement", "proxy_fidelity", "pvalue_matrix",

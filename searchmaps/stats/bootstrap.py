@@ -22,6 +22,17 @@ from scipy import stats
 N_BOOT = 2000
 PUBLISHED_SD = 0.25  # assumed seed sd of a published single-seed number (perplexity; see agreement_with)
 MIN_COVERAGE = 0.90  # a bootstrap over seeds whose mean interval would cover less than this is flagged
+COVERAGE_SOURCE = "experiments/calibration/bootstrap-coverage-2026-12-07.txt"
+MEASURED_COVERAGE = {  # what the bootstraps that stay cover at 3, 5, 10 seeds, from COVERAGE_SOURCE (a test keeps
+    # them equal): synthetic studies copying ilr-table1-rope-scale's rows, the project's own functions
+    "tau first-last": {3: 0.800, 5: 0.915, 10: 0.995},
+    "tau vs table": {3: 0.650, 5: 0.710, 10: 0.760},
+    "tau vs table (seeds)": {3: 0.805, 5: 0.900, 10: 0.955},
+    "prediction": {3: 0.725, 5: 0.838, 10: 0.887},
+    "prediction (shared floor)": {3: 0.637, 5: 0.900, 10: 0.863},
+    "gap at target": {3: 0.775, 5: 0.833, 10: 0.933},
+    "gap at target (shared floor)": {3: 0.692, 5: 0.817, 10: 0.892},
+}
 
 
 def cube(df: pd.DataFrame, metric: str) -> tuple[np.ndarray, list[str], list[int], list[float], list[int]]:
@@ -87,6 +98,16 @@ def bootstrap_coverage(n_seeds: int, level: float = 0.95) -> float:
         return float("nan")
     z = stats.norm.ppf(0.5 + level / 2)
     return float(2 * stats.t.cdf(z * math.sqrt((n_seeds - 1) / n_seeds), n_seeds - 1) - 1)
+
+
+def measured_coverage(n_seeds: int) -> tuple[int, dict[str, float]] | None:
+    """The measured coverage of the nominal 95 % bootstraps that stay (:data:`MEASURED_COVERAGE`)
+    at the largest seed count measured that is not above ``n_seeds`` (a bootstrap's coverage
+    grows with the seeds: a lower count's is the honest bound); None below the fewest measured."""
+    counts = [n for n in sorted(next(iter(MEASURED_COVERAGE.values()))) if n <= n_seeds]
+    if not counts:
+        return None
+    return counts[-1], {q: by_n[counts[-1]] for q, by_n in MEASURED_COVERAGE.items()}
 
 
 def few_seeds(n_seeds: int) -> bool:
