@@ -83,11 +83,11 @@ class Driver:
             candidates=plan.candidates,
             propose=study.propose if plan.candidates is None else None,
             known=study.known_candidates() if plan.candidates is None else (),
-            racing=RacingRule(plan.race_start_seeds, plan.alpha, plan.top_group_rule) if plan.racing else None,
+            racing=RacingRule(plan.analysis.race_start_seeds, plan.analysis.alpha, plan.analysis.top_group_rule) if plan.analysis.racing else None,
             max_crashes=MAX_CRASHES,
             claim=lambda unit: ledger.claim(unit.key, unit.candidate.label),
             rungs=plan.rungs,
-            promotion=PromotionRule(plan.alpha, plan.top_group_rule) if plan.promote else None,
+            promotion=PromotionRule(plan.analysis.alpha, plan.analysis.top_group_rule) if plan.analysis.promote else None,
             horizons=plan.ladder,
             lr_grid=plan.lr_grid,
             tuning_seeds=plan.tuning_seeds,
@@ -135,8 +135,8 @@ class Driver:
             if unit is None and self.plan.candidates is None:  # other drivers may have started candidates since
                 self._refresh(force=True)
                 unit = self.scheduler.next()
-            if isinstance(unit, Unit) and (self.plan.pack_seeds > 1 or self.plan.pack_candidates > 1):
-                unit = self.scheduler.pack(unit, self.plan.pack_seeds, self.plan.pack_candidates, key=pack_key)
+            if isinstance(unit, Unit) and (self.plan.resources.pack_seeds > 1 or self.plan.resources.pack_candidates > 1):
+                unit = self.scheduler.pack(unit, self.plan.resources.pack_seeds, self.plan.resources.pack_candidates, key=pack_key)
             if isinstance(unit, (Unit, Pack)):
                 faults.point("claimed")
                 for cand in (unit.candidates if isinstance(unit, Pack) else (unit.candidate,)):
@@ -192,7 +192,7 @@ class Driver:
         tuning = unit.role == Role.TUNING  # a tuning run trains the first horizon only
         record = self.scheduler.needed(unit)
         first, resume, save, save_rungs = unit.first, None, None, None
-        if plan.promote and not tuning:
+        if plan.analysis.promote and not tuning:
             resume = str(plan.checkpoint(unit.candidate, unit.seed, unit.first - 1)) if unit.first else None
             save = str(plan.checkpoint(unit.candidate, unit.seed, unit.last)) if unit.last < plan.rungs - 1 else None
         elif not tuning and plan.rungs > 1:
@@ -201,11 +201,11 @@ class Driver:
             start = min(record) if record else 0
             if start > 0 and states[start - 1].is_file():
                 first, resume = start, str(states[start - 1])
-        snapshot = str(plan.snapshot(unit.key)) if plan.save_every_s > 0 else None  # killed mid-rung, it goes on
+        snapshot = str(plan.snapshot(unit.key)) if plan.resources.save_every_s > 0 else None  # killed mid-rung, it goes on
         return Job(unit=unit.key, runs=(Run(self.spec(unit), resume, save, save_rungs),), vocab_size=plan.vocab_size,
                    horizons=None if tuning else tuple(plan.ladder) or None, first=first, last=unit.last,
                    record=tuple(record) or None, snapshot=snapshot,
-                   snapshot_every_s=plan.save_every_s if snapshot else 600.0)
+                   snapshot_every_s=plan.resources.save_every_s if snapshot else 600.0)
 
     @_faults_of_the_storage
     def partial(self, unit: Unit | Pack, records: list[RunRecord]) -> None:
@@ -220,7 +220,7 @@ class Driver:
         """The saved states of ``unit``'s ladder (alone or packed, not promoted) that no resume
         can use any more: a killed ladder goes on from the state at the rung before its first
         unrecorded one, so the states before that go (a ladder keeps one state, not one a rung)."""
-        if self.plan.promote or unit.role == Role.TUNING or self.plan.rungs < 2:
+        if self.plan.analysis.promote or unit.role == Role.TUNING or self.plan.rungs < 2:
             return
         need = self.scheduler.needed(unit)
         for rung in range((min(need) if need else self.plan.rungs) - 1):
@@ -249,9 +249,9 @@ class Driver:
             stored = self._store(unit, records, final=True, wall_s=wall_s)
             if not stored and self.scheduler.needed(unit):  # another driver took it over; its rows will come
                 self.scheduler.release(unit)
-            if self.plan.promote and unit.first > 0 and not self.scheduler.needed(unit):
+            if self.plan.analysis.promote and unit.first > 0 and not self.scheduler.needed(unit):
                 self.plan.checkpoint(unit.candidate, unit.seed, unit.first - 1).unlink(missing_ok=True)
-            if not self.plan.promote and self.plan.rungs > 1 and not self.scheduler.needed(unit):
+            if not self.plan.analysis.promote and self.plan.rungs > 1 and not self.scheduler.needed(unit):
                 for rung in range(self.plan.rungs - 1):  # the ladder is recorded: its saved states are done
                     self.plan.checkpoint(unit.candidate, unit.seed, rung).unlink(missing_ok=True)
             if not self.scheduler.needed(unit):  # (a training that died too often leaves its snapshot)
@@ -314,7 +314,7 @@ class Driver:
                 self.study.note_tuning(event)
             elif self.study.tell(event):
                 faults.point("told")
-            if isinstance(event, Finished) and event.stopped and self.plan.promote:
+            if isinstance(event, Finished) and event.stopped and self.plan.analysis.promote:
                 for seed in range(self.plan.seeds):  # a stopped run will not be continued
                     for rung in range(self.plan.rungs):
                         self.plan.checkpoint(event.candidate, seed, rung).unlink(missing_ok=True)

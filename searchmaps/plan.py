@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -25,40 +25,8 @@ from .results import atomic_write_text
 from .samplers import AUTO, DEFAULT_TRIALS, SAMPLER_CHOICES, SAMPLERS, fixed_names, resolve_auto
 from .schedule import make_ladder, plan_steps, with_horizon
 from .spaces import Space, cheapest, count_feasible, feasible_maps, map_flops
-from .stats import DEFAULT_RULE, RULES
+from .plan_parts import Analysis, Resources
 
-
-
-def auto_pack_seeds(device: str) -> int:
-    """What ``--pack-seeds auto`` means on ``device``: how many seeds of a candidate train
-    together where packing pays, from benchmarks/packed_throughput.py (2026-12-04): on a
-    2-core CPU 5 packed seeds ran at 0.7x separate trainings, so none (1); on an H200 the
-    rate grew almost linearly to 32 seeds (37x one), so up to 32 (all of a candidate's
-    seeds in any study this size). The one place to change from its figures."""
-    return 32 if device.startswith("cuda") else 1
-
-
-def parse_pack_seeds(value: int | str, device: str) -> int:
-    """``--pack-seeds N|auto|off`` -> the pack size (1: off); ConfigError naming the flag else."""
-    text = str(value).strip().lower()
-    if text == "off":
-        return 1
-    if text == "auto":
-        return auto_pack_seeds(device)
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"--pack-seeds must be a positive whole number, auto or off, got {value!r}")
-    return int(text)
-
-
-def parse_pack_candidates(value: int | str) -> int:
-    """``--pack-candidates N|off`` -> how many candidates one packed training may hold (1:
-    off). ConfigError naming the flag for anything else."""
-    text = str(value).strip().lower()
-    if text == "off":
-        return 1
-    if isinstance(value, bool) or not text.isdigit() or int(text) < 1:
-        raise ConfigError(f"--pack-candidates must be a positive whole number or off, got {value!r}")
-    return int(text)
 
 
 def pack_key(cand: Candidate) -> tuple:
@@ -82,33 +50,19 @@ class SearchPlan:
     seeds: int | None = None
     sampler: str = AUTO  # a name in searchmaps.samplers.SAMPLERS, or auto
     trials: int | None = None
-    storage: str | None = None
-    workers: int = 2
-    cpus_per_trial: float = 1.0
-    gpus_per_trial: float = 0.0
-    pack_seeds: int | str = 1  # seeds of a candidate trained together as one unit (1: off); "auto": auto_pack_seeds
-    pack_candidates: int | str = 1  # candidates (each with its packed seeds) trained together as one unit (1: off)
-    save_every_s: float = 600.0  # a training alone snapshots its state this often (0: never), searchmaps.train.ladder
     data: str = "stdlib"
     vocab_size: int = 256
     data_fingerprint: str = ""
-    threads: int = 1
-    device: str = "cpu"
     search_seed: int = 0
-    racing: bool = False
-    race_start_seeds: int = 3
-    alpha: float = 0.05
-    planned: tuple[str, ...] = ()  # pre-registered comparisons, A/B
     ladder: tuple[float, ...] = ()  # horizons served by one training (needs schedule wsd); () -> the space's
-    promote: bool = False  # statistical successive halving along the ladder
-    target: float | None = None  # the horizon the report extrapolates a ladder's fits to
-    top_group_rule: str = DEFAULT_RULE  # searchmaps.stats.topgroup.RULES: racing, promotion and the report use it
     lr_grid: tuple[float, ...] = ()  # each candidate's learning rate, fitted on tuning seeds; () -> the space's
     tuning_seeds: int = 2
     maps: tuple[ReuseMap, ...] = ()  # an explicit candidate list (--maps, or a supernet prescreen's pick)
     preset: str = ""  # the named recipe (--preset, searchmaps.presets) the space's config was overridden with
     objectives: tuple[str, ...] = DEFAULT_OBJECTIVES  # what Optuna is told, in order (searchmaps.objectives)
     eval_docs: tuple[int, ...] = ()  # stratified: each scored window's held-out document (with_corpus; eval_docs.json)
+    resources: Resources = field(default_factory=Resources)  # workers, threads, device, packing, storage
+    analysis: Analysis = field(default_factory=Analysis)  # alpha, top-group rule, planned, racing, promotion
 
     def __post_init__(self) -> None:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731 - resolving defaults of a frozen record
@@ -132,22 +86,10 @@ class SearchPlan:
         if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
             raise ConfigError(f"--seeds must be at least 1, got {seeds}")
         set_("seeds", seeds)
-        for flag, value in (("--trials", self.trials), ("--workers", self.workers), ("--threads", self.threads)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ConfigError(f"{flag} must be at least 1, got {value}")
-        if not self.save_every_s >= 0:
-            raise ConfigError(f"--save-every must be 0 (never) or more minutes, got {self.save_every_s / 60:g}")
-        if not self.cpus_per_trial > 0 or not self.gpus_per_trial >= 0:
-            raise ConfigError("--cpus-per-trial must be > 0 and --gpus-per-trial >= 0")
-        if self.gpus_per_trial > 0 and not self.device.startswith("cuda"):
-            raise ConfigError(f"--gpus-per-trial {self.gpus_per_trial:g} needs a CUDA device; the trainings "
-                              f"run on {self.device} (give --device cuda where a GPU is present, or drop the flag)")
-        if self.gpus_per_trial > 1 and self.gpus_per_trial != int(self.gpus_per_trial):
-            raise ConfigError(f"--gpus-per-trial above 1 must be a whole number (Ray's rule), "
-                              f"got {self.gpus_per_trial:g}")
-        set_("pack_seeds", parse_pack_seeds(self.pack_seeds, self.device))
-        set_("pack_candidates", parse_pack_candidates(self.pack_candidates))
-        if self.pack_candidates > 1 and self.space.train.tokens is None:
+        if self.trials is not None and (isinstance(self.trials, bool) or not isinstance(self.trials, int)
+                                        or self.trials < 1):
+            raise ConfigError(f"--trials must be at least 1, got {self.trials}")
+        if self.resources.pack_candidates > 1 and self.space.train.tokens is None:
             raise ConfigError("--pack-candidates needs a horizon in tokens (--tokens): under --train-flops each map "
                               "trains its own number of steps, so their trainings cannot run as one")
         if not math.isfinite(self.budget_flops) or self.budget_flops <= 0:
@@ -174,15 +116,13 @@ class SearchPlan:
         if len(self.objectives) not in counts:
             raise ConfigError(f"--objectives: --sampler {self.sampler} takes {' or '.join(map(str, counts))} "
                               f"objectives, got {len(self.objectives)}")
-        if not 0 < self.alpha < 1:
-            raise ConfigError(f"--alpha must be between 0 and 1, got {self.alpha}")
-        if self.racing:
+        if self.analysis.racing:
             if not SAMPLERS[self.sampler].fixed:
                 raise ConfigError(f"--racing needs a fixed candidate list: use --sampler {fixed_names()}, "
                                   f"not {self.sampler}")
-            if not 2 <= self.race_start_seeds <= seeds:
+            if not 2 <= self.analysis.race_start_seeds <= seeds:
                 raise ConfigError(f"--race-start-seeds must be between 2 and --seeds ({seeds}), "
-                                  f"got {self.race_start_seeds}")
+                                  f"got {self.analysis.race_start_seeds}")
         set_("ladder", tuple(float(h) for h in (self.ladder or self.space.ladder)))
         if len(self.ladder) == 1:
             set_("ladder", ())
@@ -202,17 +142,12 @@ class SearchPlan:
                                   f"{','.join(f'{x:g}' for x in self.lr_grid)} (one rate is --lr)")
             if isinstance(self.tuning_seeds, bool) or not isinstance(self.tuning_seeds, int) or self.tuning_seeds < 1:
                 raise ConfigError(f"--tuning-seeds must be at least 1, got {self.tuning_seeds}")
-        if self.top_group_rule not in RULES:
-            raise ConfigError(f"--top-group must be one of {', '.join(RULES)}, got {self.top_group_rule!r}")
-        if self.target is not None and not (math.isfinite(self.target) and self.target > 0):
-            raise ConfigError(f"--target-tokens must be a positive number, got {self.target}")
-        if self.promote:
+        if self.analysis.promote:
             if len(self.ladder) < 2:
                 raise ConfigError("--promote needs a horizon ladder: give --tokens (or --train-flops) as a comma "
                                   "list, e.g. --tokens 3e5,1.2e6,4.8e6 --schedule wsd")
-            if self.racing or not SAMPLERS[self.sampler].fixed:
+            if self.analysis.racing or not SAMPLERS[self.sampler].fixed:
                 raise ConfigError(f"--promote needs a fixed candidate list (--sampler {fixed_names()}) and no --racing")
-        set_("planned", tuple(self.planned))
         self.check_planned()
 
     # ------------------------------------------------------------------ candidates
@@ -268,7 +203,7 @@ class SearchPlan:
         """The candidate's training at ``seed`` and rate ``lr`` (None: the space's); a ladder's to its first rung."""
         train = self.space.train if lr is None else dataclasses.replace(self.space.train, lr=float(lr))
         spec = TrialSpec(model=self.model(cand), train=train, seed=seed, data=self.data,
-                         threads=self.threads, device=self.device, preset=self.preset)
+                         threads=self.resources.threads, device=self.resources.device, preset=self.preset)
         return with_horizon(spec, self.ladder[0]) if self.ladder else spec
 
     @property
@@ -297,13 +232,14 @@ class SearchPlan:
         """``--planned`` must name candidates of this search; checked before anything trains.
         With an optimiser the candidates are not known yet, so each name must be a map of
         the space within the budget."""
-        if not self.planned:
+        planned = self.analysis.planned
+        if not planned:
             return
         if self.candidates is not None:
-            parse_planned(self.planned, self.candidates)
+            parse_planned(planned, self.candidates)
             return
         universe = set()  # every feasible candidate some reading of the specs names
-        for spec in self.planned:
+        for spec in planned:
             text = str(spec).replace(" ", "")
             parts = {text[:i] for i, ch in enumerate(text) if ch in ":/"} | {text[i + 1:] for i, ch in
                                                                             enumerate(text) if ch in ":/"}
@@ -318,7 +254,7 @@ class SearchPlan:
                 universe |= {c for c in (Candidate(reuse, p, k) for p in ([pe] if pe else self.pes)
                                          for k in kvs) if self.feasible(c)}
         try:
-            parse_planned(self.planned, universe)
+            parse_planned(planned, universe)
         except ConfigError as exc:
             raise ConfigError(f"{exc} (with --sampler {self.sampler} a planned map must be in the space and "
                               f"within the budget)") from None
@@ -331,11 +267,11 @@ class SearchPlan:
 
     @property
     def default_storage(self) -> bool:
-        return self.storage is None
+        return self.resources.default_storage
 
     @property
     def storage_url(self) -> str:
-        return self.storage or f"sqlite:///{(self.study_dir / 'optuna.db').resolve()}"
+        return self.resources.storage or f"sqlite:///{(self.study_dir / 'optuna.db').resolve()}"
 
     def protocol(self) -> dict:
         """What a resumed run must share with the study (kept in the study's attributes). The
@@ -366,10 +302,10 @@ class SearchPlan:
             "data_fingerprint": self.data_fingerprint,
             "model": model,
             "train": train,
-            "racing": self.racing,
+            "racing": self.analysis.racing,
             "ladder": list(self.ladder),
-            "promote": self.promote,
-            "top_group_rule": self.top_group_rule,
+            "promote": self.analysis.promote,
+            "top_group_rule": self.analysis.top_group_rule,
             "maps": [str(m) for m in self.maps],
             "lr_grid": list(self.lr_grid),
             "tuning_seeds": self.tuning_seeds if self.lr_grid else 0,
@@ -383,7 +319,7 @@ class SearchPlan:
             return "sqlite:///optuna.db"
         from sqlalchemy.engine import make_url
 
-        return make_url(self.storage).render_as_string(hide_password=True)
+        return make_url(self.resources.storage).render_as_string(hide_password=True)
 
     def write_study_json(self, seeds_history: list[dict] | None = None) -> Path:
         """``study.json``: the protocol and the planned comparisons, fixed before the runs.
@@ -399,9 +335,9 @@ class SearchPlan:
             protocol = dict(items[:at] + [("seeds_history", seeds_history)] + items[at:])
         info = {"study": self.study, "storage": self.storage_for_files(),
                 "storage_note": "a sqlite:/// path without a leading / is relative to this folder",
-                **protocol, "planned": list(self.planned) or list(registered)}
-        if self.target:
-            info["target"] = self.target
+                **protocol, "planned": list(self.analysis.planned) or list(registered)}
+        if self.analysis.target:
+            info["target"] = self.analysis.target
         prescreen = self.study_dir / "prescreen.json"
         if prescreen.is_file():
             info["prescreen"] = read_study_json(prescreen)

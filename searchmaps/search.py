@@ -126,12 +126,7 @@ class Search:
             self.open()
         driver, wall = self.driver, 0.0
         try:
-            if driver.has_work():
-                runner.start(self.plan)
-                driver.start_heartbeat()
-                t0 = time.perf_counter()
-                runner.execute(driver)
-                wall = time.perf_counter() - t0
+            wall = self.train(runner)
             closed = driver.close()
         except BaseException:
             try:
@@ -142,3 +137,20 @@ class Search:
         finally:
             runner.stop()
         return Outcome(self.plan.study_dir, tuple(driver.rows()), driver.progress.trainings, wall, closed)
+
+    def train(self, runner, started: Callable[[], None] | None = None) -> float:
+        """Train what the open study still needs with ``runner`` (a started-or-not executor of
+        :data:`searchmaps.executor.REGISTRY`), its wall seconds (0 when the storage holds every
+        training): the executor started, ``started()`` called (the command's signal handlers and
+        progress bar), the driver's heartbeat begun, the units executed. Closing the study and
+        stopping the executor are the caller's (:meth:`run`, or the command with its signals)."""
+        driver = self.driver
+        if not driver.has_work():
+            return 0.0
+        runner.start(self.plan)
+        if started is not None:
+            started()
+        driver.start_heartbeat()
+        t0 = time.perf_counter()
+        runner.execute(driver)
+        return time.perf_counter() - t0

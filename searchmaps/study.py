@@ -214,8 +214,8 @@ class SearchStudy:
         if now < before:
             raise ConfigError(f"--seeds {now}: --study {name} has {before} seeds; seeds are added to a study, never "
                               f"removed: run with --seeds {before} or more")
-        if self.plan.racing or self.plan.promote:
-            how = ("a racing study of {} seeds, whose looks are planned over its seeds" if self.plan.racing else
+        if self.plan.analysis.racing or self.plan.analysis.promote:
+            how = ("a racing study of {} seeds, whose looks are planned over its seeds" if self.plan.analysis.racing else
                    "a --promote study of {} seeds, whose rungs were decided over its seeds (the stopped maps' "
                    "saved states removed)").format(before)
             raise ConfigError(f"--seeds {now}: --study {name} is {how}, so more would change the decisions made; "

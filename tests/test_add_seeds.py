@@ -21,6 +21,7 @@ from searchmaps import stats
 from searchmaps.config import ConfigError
 from searchmaps.ledger import CandidateState, Ledger
 from searchmaps.plan import SearchPlan
+from searchmaps.plan_parts import Analysis
 from searchmaps.report import write_report
 from searchmaps.report.terminal import seeds_lines, with_seeds
 from searchmaps.results import read_runs
@@ -89,14 +90,14 @@ def test_fewer_seeds_or_more_seeds_in_a_racing_or_promotion_study_are_refused_an
 
     (tmp_path / "r").mkdir()
     race = SearchPlan(space=load_space(str(space_file)), study="r", results_dir=tmp_path, budget_flops=1e12,
-                      seeds=3, racing=True, race_start_seeds=2)
+                      seeds=3, analysis=Analysis(racing=True, race_start_seeds=2))
     study_of(race)
     with pytest.raises(ConfigError, match=r"^--seeds 4: --study r is a racing study"):
         study_of(dataclasses.replace(race, seeds=4))
     assert optuna.load_study(study_name="r", storage=race.storage_url).user_attrs["protocol"]["seeds"] == 3
     (tmp_path / "l").mkdir()
     ladder = SearchPlan(space=load_space(str(space_file)), study="l", results_dir=tmp_path, budget_flops=1e12,
-                        seeds=2, ladder=(1024, 2048), promote=True)
+                        seeds=2, ladder=(1024, 2048), analysis=Analysis(promote=True))
     study_of(ladder)
     with pytest.raises(ConfigError, match=r"^--seeds 3: --study l is a --promote study of 2 seeds"):
         study_of(dataclasses.replace(ladder, seeds=3))

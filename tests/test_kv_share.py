@@ -423,13 +423,15 @@ def test_the_supernet_scores_a_shared_model_map_by_map(corpus):
 def test_planned_comparisons_name_a_setting_by_its_label(tmp_path):
     from searchmaps.config import Candidate, parse_planned, resolve_candidate
     from searchmaps.plan import SearchPlan
+    from searchmaps.plan_parts import Analysis
     from searchmaps.spaces import load_space
 
     space = load_space(str(shared_space(tmp_path)))
     kw = dict(space=space, budget_flops=1e9, study="p", results_dir=tmp_path, seeds=1)
     for sampler in ("grid", "tpe"):  # a fixed list, and an optimiser's universe of names
-        plan = SearchPlan(**kw, sampler=sampler, planned=("2,1|rope|first:8/2,1|rope", "all/1,1|rope|first:8"))
-        assert plan.planned
+        plan = SearchPlan(**kw, sampler=sampler,
+                          analysis=Analysis(planned=("2,1|rope|first:8/2,1|rope", "all/1,1|rope|first:8")))
+        assert plan.analysis.planned
     pairs = parse_planned(["2,1|rope|first:8/2,1|rope"], SearchPlan(**kw, sampler="grid").candidates)
     two_one = ReuseMap((2, 1))
     assert pairs == [(Candidate(two_one, "rope", "first:8"), Candidate(two_one, "rope"))]

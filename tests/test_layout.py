@@ -20,7 +20,7 @@ ORDER = ["attention", "encodings", "maps", "protocols", "config", "flops", "pres
          "train", "train.step", "train.exit", "train.records", "train.ladder", "train.stacked", "train.packed_step", "train.packed", "supernet.samplings.base", "supernet.samplings.uniform", "supernet.samplings.sandwich", "supernet.samplings.fair", "supernet.samplings", "supernet.method",
          "supernet.distill",
          "supernet.finetune", "supernet", "supernet.split", "supernet.landmarks", "units", "scheduler", "storage", "ledger",
-         "samplers", "plan", "audit",
+         "samplers", "plan_parts", "plan", "audit",
          "supernet.prescreen", "supernet.tuning", "report.section", "report.sentences", "report.lead", "report.protocol",
          "report.figures", "report.summary", "report.page", "report.markdown", "report.ranking", "report.planned", "report.trends", "report.horizons", "report.compute",
          "report.tuning", "report.exit", "report.evaluation", "report.supernet", "report.write", "report.committed",

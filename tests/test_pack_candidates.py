@@ -5,7 +5,8 @@ import pytest
 from helpers import record
 
 from searchmaps.config import Candidate, ReuseMap
-from searchmaps.plan import pack_key, parse_pack_candidates
+from searchmaps.plan import pack_key
+from searchmaps.plan_parts import parse_pack_candidates
 from searchmaps.scheduler import WAIT, Pack, PromotionRule, RacingRule, Scheduler, Unit
 from searchmaps.maps import ConfigError
 

@@ -941,7 +941,9 @@ def test_the_terminal_summary_lists_the_rows_the_report_tests(capsys):
 
     from searchmaps.report.terminal import summarise
 
-    plan = SimpleNamespace(workers=1, ladder=(), racing=False, top_group_rule=DEFAULT_RULE, alpha=0.05)
+    from searchmaps.plan_parts import Analysis, Resources
+
+    plan = SimpleNamespace(resources=Resources(workers=1), ladder=(), analysis=Analysis(top_group_rule=DEFAULT_RULE))
     progress = SimpleNamespace(trainings=0, train_s=0.0, recovered=0, rebuilt=0, not_rebuilt=[])
     rows = study_records({"1,1|rope": [3.0, 3.1, 2.9], "2,1|rope": [2.5, 2.6, None]})
     rows += [record("3,1", s, loss=800.0 + s) for s in range(3)]

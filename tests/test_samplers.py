@@ -12,6 +12,7 @@ from optuna.trial import TrialState
 from searchmaps import flops
 from searchmaps.config import ConfigError, ModelConfig
 from searchmaps.plan import SearchPlan
+from searchmaps.plan_parts import Analysis
 from searchmaps.results import read_runs
 from searchmaps.run import main
 from searchmaps.samplers import AUTO, SAMPLER_CHOICES, SAMPLERS
@@ -48,7 +49,7 @@ def test_the_plan_takes_it_and_the_study_makes_it(name, space_file, tmp_path):
         assert plan.candidates is None  # it proposes one by one
         with pytest.raises(ConfigError, match="--racing needs a fixed candidate list"):
             SearchPlan(space=plan.space, budget_flops=plan.budget_flops, study="p", results_dir=tmp_path,
-                       sampler=name, racing=True, seeds=2, race_start_seeds=2)
+                       sampler=name, seeds=2, analysis=Analysis(racing=True, race_start_seeds=2))
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -27,6 +27,7 @@ from searchmaps import flops
 from searchmaps.config import Candidate, ConfigError, ModelConfig, ReuseMap
 from searchmaps.ledger import Ledger
 from searchmaps.plan import SearchPlan
+from searchmaps.plan_parts import Analysis
 from searchmaps.results import read_runs
 from searchmaps.run import main
 from searchmaps.scheduler import WAIT, RacingRule, Scheduler
@@ -483,10 +484,11 @@ def test_a_trial_is_opened_in_one_write_and_abandoned_ones_are_closed(tmp_path, 
 
 def test_planned_comparisons_are_checked_against_the_candidates(space_file, tmp_path):
     space = load_space(str(space_file))
-    assert plan_of(space, tmp_path, budget_flops=float(BUDGET), planned=("2,1/1,1", "all:1,1")).planned
+    planned = lambda *pairs: Analysis(planned=pairs)  # noqa: E731
+    assert plan_of(space, tmp_path, budget_flops=float(BUDGET), analysis=planned("2,1/1,1", "all:1,1")).analysis.planned
     with pytest.raises(ConfigError, match="--planned"):
-        plan_of(space, tmp_path, budget_flops=float(BUDGET), planned=("block:2/1,1",))  # over the budget
-    tpe = plan_of(space, tmp_path, budget_flops=float(BUDGET), sampler="tpe", planned=("2,1:1,1",))
+        plan_of(space, tmp_path, budget_flops=float(BUDGET), analysis=planned("block:2/1,1"))  # over the budget
+    tpe = plan_of(space, tmp_path, budget_flops=float(BUDGET), sampler="tpe", analysis=planned("2,1:1,1"))
     assert tpe.candidates is None and tpe.feasible(Candidate(ReuseMap((2, 1)), "rope"))
 
 

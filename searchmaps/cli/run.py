@@ -27,6 +27,7 @@ from ..executor import EXECUTORS, resolve_executor
 from ..objectives import DEFAULT as DEFAULT_OBJECTIVES
 from ..objectives import OBJECTIVES
 from ..plan import SearchPlan, check_study_name, default_study_name, with_corpus
+from ..plan_parts import Analysis, Resources
 from ..samplers import AUTO, SAMPLER_CHOICES
 from ..spaces import builtin_spaces, load_space
 from ..supernet.method import SupernetMethod
@@ -137,15 +138,17 @@ def build_plan(args: argparse.Namespace, supernet: SupernetMethod | None = None)
     pes = tuple(x.strip() for x in args.pe.split(",")) if args.pe else ()
     common = dict(space=space, budget_flops=args.budget_flops, pes=pes, kv_shares=args.kv_share or (), seeds=args.seeds,
                   study="-", results_dir=Path(args.results_dir), sampler=args.sampler, trials=args.trials,
-                  storage=args.storage, workers=args.workers, cpus_per_trial=args.cpus_per_trial,
-                  gpus_per_trial=args.gpus_per_trial, pack_seeds=args.pack_seeds, pack_candidates=args.pack_candidates,
-                  save_every_s=args.save_every * 60, threads=args.threads, device=device,
-                  search_seed=args.search_seed, racing=args.racing, race_start_seeds=args.race_start_seeds,
-                  alpha=args.alpha, planned=tuple(args.planned or ()), ladder=ladder_from_args(args) or (),
-                  promote=args.promote, target=args.target_tokens, top_group_rule=args.top_group,
+                  search_seed=args.search_seed, ladder=ladder_from_args(args) or (),
                   lr_grid=tuple(args.lr_grid or ()), tuning_seeds=args.tuning_seeds,
                   maps=tuple(parse_map(m, space.model.n_layers, "--maps") for m in (args.maps or ())),
-                  preset=args.preset or "", objectives=args.objectives)
+                  preset=args.preset or "", objectives=args.objectives,
+                  resources=Resources(workers=args.workers, threads=args.threads, device=device,
+                                      cpus_per_trial=args.cpus_per_trial, gpus_per_trial=args.gpus_per_trial,
+                                      pack_seeds=args.pack_seeds, pack_candidates=args.pack_candidates,
+                                      save_every_s=args.save_every * 60, storage=args.storage),
+                  analysis=Analysis(alpha=args.alpha, top_group_rule=args.top_group, planned=tuple(args.planned or ()),
+                                    target=args.target_tokens, racing=args.racing,
+                                    race_start_seeds=args.race_start_seeds, promote=args.promote))
     plan = SearchPlan(**common)  # checks every setting before the data is read
     study = args.study or default_study_name(plan, supernet)
     check_study_name(study, "--study" if args.study else f"the study name made from {space.source}'s name,")
@@ -222,6 +225,6 @@ def print_candidates(plan: SearchPlan, out=None) -> None:
                 cfg = dataclasses.replace(plan.space.model, reuse=m, pe=pe, kv_share=kv)
                 print(f"{str(m):<20} {pe:<8}{f' {str(kv):<10}' if shared else ''} {m.applied_layers:>7} "
                       f"{flops.flops_per_token(cfg):>13,} {flops.kv_bytes_per_token(cfg):>15,}", file=out)
-    if plan.planned and plan.candidates is not None:  # as the report will test them
-        pairs = parse_planned(plan.planned, plan.candidates)
+    if plan.analysis.planned and plan.candidates is not None:  # as the report will test them
+        pairs = parse_planned(plan.analysis.planned, plan.candidates)
         print("planned comparisons: " + "; ".join(f"{a.label} vs {b.label}" for a, b in pairs), file=out)

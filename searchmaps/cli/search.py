@@ -95,16 +95,14 @@ def run_search(prog: str, plan: SearchPlan, ray_address: str | None = None, quie
     # run: Ctrl-C and SIGTERM become Interrupted wherever the main thread is
     previous = {s: signal.signal(s, _on_signal) for s in EXIT_INTERRUPTED}
     wall, rebuild = 0.0, False
+
+    def started() -> None:
+        restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
+        faults.point("ray-start")  # the executor started (the point keeps its name for the local one)
+        bar.start(driver.remaining() * (1 if plan.analysis.promote else plan.rungs))
+
     try:
-        if driver.has_work():
-            runner.start(plan)
-            restore_handlers()  # after ray.init: Ray's own handlers print C++ stacks on SIGTERM
-            faults.point("ray-start")  # the executor started (the point keeps its name for the local one)
-            bar.start(driver.remaining() * (1 if plan.promote else plan.rungs))
-            driver.start_heartbeat()
-            t0 = time.perf_counter()
-            runner.execute(driver)
-            wall = time.perf_counter() - t0
+        wall = search.train(runner, started)
     except (KeyboardInterrupt, SystemExit) as exc:  # ours, or Ray's when the signal arrived inside its C++ wait
         if isinstance(exc, SystemExit) and exc.code != signal.SIGTERM:
             raise
@@ -224,7 +222,7 @@ def write_report(prog: str, plan: SearchPlan) -> None:
 
     faults.point("report")
     try:
-        report = write(plan.study_dir, alpha=plan.alpha)
+        report = write(plan.study_dir, alpha=plan.analysis.alpha)
     except (ReportError, ConfigError) as exc:
         print(f"{prog}: no report: {exc}", file=sys.stderr)
         return

@@ -188,7 +188,7 @@ def execute(driver: Driver) -> None:
     ``KeyboardInterrupt`` through: the trainings in flight are stopped first."""
     plan = driver.plan
     finished = False
-    with Pool(max(1, plan.workers), plan.cpus_per_trial) as pool:
+    with Pool(max(1, plan.resources.workers), plan.resources.cpus_per_trial) as pool:
         while True:
             waiting = False
             while not finished and (worker := pool.idle()) is not None:

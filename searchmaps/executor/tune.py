@@ -97,7 +97,7 @@ class RayExecutor:
     def start(self, plan) -> None:
         ray = sys.modules.get("ray")
         self.owns = not self.address and not (ray is not None and ray.is_initialized())
-        start_ray(self.address, plan.workers * plan.cpus_per_trial, plan.workers)
+        start_ray(self.address, plan.resources.workers * plan.resources.cpus_per_trial, plan.resources.workers)
 
     def execute(self, driver: Driver) -> None:
         execute(driver)
@@ -222,10 +222,10 @@ def execute(driver: Driver) -> None:
     from ray.tune.stopper import Stopper
 
     plan = driver.plan
-    check_gpus(plan.gpus_per_trial)
-    resources = {"cpu": plan.cpus_per_trial}
-    if plan.gpus_per_trial:
-        resources["gpu"] = plan.gpus_per_trial
+    check_gpus(plan.resources.gpus_per_trial)
+    resources = {"cpu": plan.resources.cpus_per_trial}
+    if plan.resources.gpus_per_trial:
+        resources["gpu"] = plan.resources.gpus_per_trial
     log = plan.study_dir / "ray" / "driver.log"
     searcher = make_searcher(driver, log)
 
@@ -240,7 +240,7 @@ def execute(driver: Driver) -> None:
     tuner = tune.Tuner(
         tune.with_resources(run_training, resources),
         tune_config=tune.TuneConfig(search_alg=searcher, num_samples=-1,
-                                    max_concurrent_trials=max(1, plan.workers), reuse_actors=True,
+                                    max_concurrent_trials=max(1, plan.resources.workers), reuse_actors=True,
                                     trial_dirname_creator=_trial_dirname),
         run_config=tune.RunConfig(name=name, storage_path=str((plan.study_dir / "ray").resolve()), verbose=0,
                                   log_to_file=True, failure_config=tune.FailureConfig(max_failures=0),

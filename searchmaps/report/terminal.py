@@ -39,7 +39,7 @@ class ProgressBar:
         """One row: a training, or one rung of a ladder (a unit without promotion has them all)."""
         if self.bar is None:
             return
-        per_unit = 1 if self.plan.promote else self.plan.rungs
+        per_unit = 1 if self.plan.analysis.promote else self.plan.rungs
         key = (row.label, row.seed, row.role)
         shown = self._partial.pop(key, 0) + 1
         if row.ok and shown < per_unit and row.rung < self.plan.rungs - 1:
@@ -63,8 +63,9 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
     with that ``--seeds``. ``plan`` a :class:`~searchmaps.plan.SearchPlan`."""
     p = progress
     if p.trainings:
-        outside = 1 - p.train_s / (wall_s * plan.workers) if wall_s > 0 else float("nan")
-        print(f"{p.trainings} trainings in {wall_s:.0f} s ({p.train_s:.0f} s of training on {plan.workers} workers; "
+        workers = plan.resources.workers
+        outside = 1 - p.train_s / (wall_s * workers) if wall_s > 0 else float("nan")
+        print(f"{p.trainings} trainings in {wall_s:.0f} s ({p.train_s:.0f} s of training on {workers} workers; "
               f"share of worker time outside training {outside:.0%})", file=sys.stderr)
     else:
         print("nothing to train: every training of this study is already in the storage and runs.csv",
@@ -98,17 +99,18 @@ def summarise(plan, progress, all_rows: list[RunRecord], wall_s: float, command:
     failed = last[last["status"] == "failed"].drop_duplicates(["candidate"])
     for r in failed.itertuples():
         print(f"failed: {r.candidate} seed {r.seed}: {r.error}")
-    if plan.racing:
+    if plan.analysis.racing:
         full = plan.max_candidates * plan.seeds
         print(f"racing: {len(ok)} successful trainings in the study; the full factorial would be {full}",
               file=sys.stderr)
     if ok["candidate"].nunique() >= 2:
-        for line in top_group_lines(ok, plan.top_group_rule, plan.alpha) + unranked_lines(frame):
+        rule, alpha = plan.analysis.top_group_rule, plan.analysis.alpha
+        for line in top_group_lines(ok, rule, alpha) + unranked_lines(frame):
             print(line)
-        fixed = "racing" if plan.racing else "--promote" if getattr(plan, "promote", False) else ""
-        for line in seeds_lines(ok, plan.top_group_rule, plan.alpha, command, fixed=fixed):
+        fixed = "racing" if plan.analysis.racing else "--promote" if plan.analysis.promote else ""
+        for line in seeds_lines(ok, rule, alpha, command, fixed=fixed):
             print(line)
-        for line in compute_lines(ok, frame, plan.top_group_rule, plan.alpha):
+        for line in compute_lines(ok, frame, rule, alpha):
             print(line)
     from .evaluation import sentences as evaluation_sentences
 
@@ -261,7 +263,7 @@ def print_ladder(plan, rows: list[RunRecord]) -> None:
     per_rung = [sorted({label for (label, _), top in reached.items() if top >= i}) for i in range(plan.rungs)]
     print(f"ladder of {plan.rungs} horizons ({unit}): " + ", ".join(
         f"{h:,.4g} ({len(c)} candidates)" for h, c in zip(plan.ladder, per_rung)), file=sys.stderr)
-    if not plan.promote or plan.candidates is None:
+    if not plan.analysis.promote or plan.candidates is None:
         return
     spent = full = runs = 0
     for cand in plan.candidates:

@@ -29,7 +29,7 @@ def supernet_scores(plan: SearchPlan, seeds: int, method: SupernetMethod = Super
     every feasible map: :func:`searchmaps.supernet.ensure_scores` in the plan's study folder
     (``info``, ``columns``: its own)."""
     return ensure_scores(plan.study_dir, plan.space, plan.budget_flops, supernet_specs(plan, seeds, lr), method,
-                         workers=plan.workers, progress=progress, log=log, info=info, columns=columns)
+                         workers=plan.resources.workers, progress=progress, log=log, info=info, columns=columns)
 
 
 def check_prescreen(plan: SearchPlan) -> None:

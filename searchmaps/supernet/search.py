@@ -129,7 +129,7 @@ class SupernetSearch:
         ranked = ranked.sort_values("loss", kind="stable")
         agreement = None
         if truth is not None:
-            agreement = section.validate(scores, truth, plan.top_group_rule, plan.alpha)
+            agreement = section.validate(scores, truth, plan.analysis.top_group_rule, plan.analysis.alpha)
             if agreement is None:
                 raise ConfigError(f"--validate-against {self.validate_against}: it shares fewer than two maps "
                                   f"with the supernet")
@@ -140,7 +140,7 @@ class SupernetSearch:
         stand-alone study's report holds the supernet's section). Returns its text."""
         plan = self.plan
         return section.write_page(plan.study_dir, outcome.scores, outcome.truth, self.validate_against,
-                                  plan.top_group_rule, plan.alpha, plan.budget_flops, extra=outcome.landmarks)
+                                  plan.analysis.top_group_rule, plan.analysis.alpha, plan.budget_flops, extra=outcome.landmarks)
 
     def validation_plan(self, outcome: SupernetOutcome) -> SearchPlan:
         """The stand-alone study of the supernet's ``validate`` best maps and as many others

@@ -39,7 +39,7 @@ def fit_lr(plan: SearchPlan, grid: Sequence[float], tuning_seeds: int, method: S
     for lr in grid:
         specs = supernet_specs(plan, tuning_seeds, lr, first=TUNING_SEED_BASE)
         rows = ensure_scores(tuning_dir(plan, lr), plan.space, plan.budget_flops, specs, method,
-                             workers=plan.workers, progress=progress, log=log, tolerate_failures=True)
+                             workers=plan.resources.workers, progress=progress, log=log, tolerate_failures=True)
         if len(rows):
             per_seed = rows.groupby("seed")
             spent += float(per_seed["supernet_train_flops"].first().sum())
