@@ -614,7 +614,7 @@ def test_the_progress_bar_total_holds_steady_while_ladders_report_rung_by_rung()
 
     from searchmaps.report.terminal import ProgressBar
 
-    plan = SimpleNamespace(study="s", ladder=True, promote=False, rungs=3)
+    plan = SimpleNamespace(study="s", ladder=True, analysis=Analysis(), rungs=3)
     bar = ProgressBar(plan, quiet=False)
     bar.start(2 * 3)  # two (candidate, seed) trainings, three rungs each
     totals = []
