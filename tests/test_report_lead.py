@@ -196,3 +196,21 @@ def test_the_equal_flops_lead_gives_the_top_group_at_the_top_budget_and_why_a_ma
                          "group holds 2 of 2: `1,1|rope`, `2,1|rope`.")
     # where the top budget is the one every map reaches, nothing is added
     assert flops_lead(t[t["train_flops_budget"] == 1e12], "1,1|rope", 3, {}).endswith("uncorrected).")
+
+
+def test_a_study_with_one_seed_a_map_is_not_counted_among_the_studies_that_tested_the_baseline(tmp_path):
+    """A learning-rate check's evaluation (one seed a map) has p_vs_reference = 1 for every map:
+    nothing in it could be significant, so the README's count of studies leaves it out."""
+    from searchmaps.report import across
+
+    def study(name, seeds, p):
+        folder = tmp_path / name
+        folder.mkdir()
+        pd.DataFrame({"candidate": ["1,1|rope", "2,1|rope"], "n_seeds": [seeds, seeds], "p_vs_reference": [None, p],
+                      "diff_to_reference": [0.0, -0.1]}).to_csv(folder / "summary.csv", index=False)
+        return folder
+
+    one, five, won = study("one", 1, 1.0), study("five", 5, 0.4), study("won", 5, 0.01)
+    assert across.equal_tokens([one, five]).endswith("no map is significantly better than the baseline in any of the 1 "
+                                                     "studies.")
+    assert "in 1 of the 2 studies (won: 2,1|rope)" in across.equal_tokens([one, five, won])

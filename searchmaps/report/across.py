@@ -45,7 +45,8 @@ def _names(names: list[str]) -> str:
 
 def equal_tokens(folders: Sequence[Path]) -> str:
     """One sentence: the studies where a map beats the baseline significantly at the reading
-    the search trained (its summary.csv's ``p_vs_reference`` at α = 0.05, a lower loss)."""
+    the search trained (its summary.csv's ``p_vs_reference`` at α = 0.05, a lower loss). A study
+    with one seed a map tests nothing and is not counted."""
     studied, beaten, flops = [], [], []
     for folder in _holding(folders, "summary.csv"):
         info = folder / "study.json"
@@ -54,6 +55,8 @@ def equal_tokens(folders: Sequence[Path]) -> str:
         s = pd.read_csv(folder / "summary.csv")
         if "p_vs_reference" not in s or not s["p_vs_reference"].notna().any():
             continue  # no baseline among its maps
+        if "n_seeds" in s and not (s["n_seeds"] >= 2).any():
+            continue  # one seed a map (a learning-rate check's evaluation): nothing could be significant
         studied.append(folder.name)
         better = s[(s["p_vs_reference"] <= ALPHA) & (s["diff_to_reference"] < 0)]
         if len(better):
